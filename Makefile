@@ -1,0 +1,37 @@
+GO ?= go
+PROTO_FILES := $(sort $(shell find proto -name '*.proto'))
+
+.PHONY: all build test test-short proto proto-check deps bench fuzz vet
+
+all: build
+
+build:
+	$(GO) build ./...
+
+# The whole suite: installs what the tests need, checks generated code, vets, and runs
+# every test with the race detector.
+test: deps proto-check vet
+	$(GO) test -race -count=1 -timeout 30m ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+# Test prerequisites. Debian packages are installed only when missing.
+deps:
+	@command -v protoc >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null)
+	$(GO) mod download
+
+# Regenerate the protobuf code (protoc from Debian, protoc-gen-go pinned as a tool in go.mod).
+proto:
+	$(GO) build -o bin/protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go
+	protoc --plugin=protoc-gen-go=bin/protoc-gen-go -I proto --go_out=proto --go_opt=paths=source_relative $(PROTO_FILES)
+
+# Fails when the committed generated code differs from what `make proto` produces.
+proto-check: proto
+	@git diff --exit-code -- proto || (echo "generated protobuf code is stale: run 'make proto' and commit" >&2; exit 1)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./coordinator/ ./actors/
