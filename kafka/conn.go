@@ -1,0 +1,348 @@
+package kafka
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"reflect"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Kafka error codes used by the listener itself.
+const (
+	errNone                      int16 = 0
+	errUnknownServerError        int16 = -1
+	errOffsetOutOfRange          int16 = 1
+	errUnknownTopicOrPartition   int16 = 3
+	errRequestTimedOut           int16 = 7
+	errCoordinatorNotAvailable   int16 = 15
+	errInvalidTopic              int16 = 17
+	errInvalidRequiredAcks       int16 = 21
+	errInconsistentGroupProtocol int16 = 23
+	errInvalidGroupID            int16 = 24
+	errUnsupportedVersion        int16 = 35
+	errTopicAlreadyExists        int16 = 36
+	errInvalidPartitions         int16 = 37
+	errInvalidReplicationFactor  int16 = 38
+	errInvalidRequest            int16 = 42
+	errUnknownTopicID            int16 = 100
+)
+
+// errBadInput marks input that closes the connection.
+var errBadInput = errors.New("bad input")
+
+// conn is one client connection. A reader goroutine decodes frames and starts
+// one goroutine per request; a writer goroutine writes the answers in request
+// order. At most maxInFlight requests are in progress or waiting to be written.
+type conn struct {
+	l      *Listener
+	nc     net.Conn
+	ctx    context.Context
+	cancel context.CancelFunc
+	host   string // Kafka's client host format: "/127.0.0.1"
+	queue  chan *pending
+	wg     sync.WaitGroup // request goroutines
+
+	// rebalanceHint is the last JoinGroup rebalance timeout seen on this
+	// connection; it bounds how long a SyncGroup may wait.
+	rebalanceHint atomic.Int32
+}
+
+type pending struct {
+	corr int32
+	key  int16
+	done chan struct{}
+	resp kmsg.Response // nil: no answer (Produce with acks=0)
+}
+
+type request struct {
+	version  int16
+	clientID string
+	c        *conn
+}
+
+func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(parent)
+	host := nc.RemoteAddr().String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return &conn{
+		l:      l,
+		nc:     nc,
+		ctx:    ctx,
+		cancel: cancel,
+		host:   "/" + host,
+		queue:  make(chan *pending, maxInFlight),
+	}
+}
+
+func (c *conn) close() {
+	c.cancel()
+	c.nc.Close()
+}
+
+// serve runs the connection until the client goes away, bad input arrives or
+// the listener stops. It returns after every goroutine of the connection ended.
+func (c *conn) serve() {
+	c.l.open.Add(1)
+	defer c.l.open.Add(-1)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop()
+	}()
+	err := c.readLoop()
+	if errors.Is(err, errBadInput) {
+		c.l.bad.Add(1)
+		c.l.log.Warn("closing connection on bad input", "remote", c.nc.RemoteAddr().String(), "err", err)
+	}
+	c.close()
+	c.wg.Wait()
+	<-writerDone
+}
+
+func (c *conn) readLoop() error {
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	var size [4]byte
+	for {
+		if _, err := io.ReadFull(br, size[:]); err != nil {
+			return err
+		}
+		n := int32(binary.BigEndian.Uint32(size[:]))
+		if n < 8 || n > c.l.cfg.MaxRequestBytes {
+			return fmt.Errorf("%w: frame size %d (max %d)", errBadInput, n, c.l.cfg.MaxRequestBytes)
+		}
+		body, err := readBody(br, int(n))
+		if err != nil {
+			return err
+		}
+		if err := c.dispatch(body); err != nil {
+			return err
+		}
+	}
+}
+
+// readBody reads n bytes; big frames grow with the data that actually arrives
+// rather than being allocated up front from a claimed size.
+func readBody(r io.Reader, n int) ([]byte, error) {
+	if n <= 1<<20 {
+		b := make([]byte, n)
+		_, err := io.ReadFull(r, b)
+		return b, err
+	}
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, r, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// header is the decoded request header.
+type header struct {
+	key, version int16
+	corr         int32
+	clientID     string
+}
+
+// tagReader reads the tagged-field section of a flexible request header.
+type tagReader struct {
+	src []byte
+	bad bool
+}
+
+func (r *tagReader) Ok() bool { return !r.bad }
+
+func (r *tagReader) Uvarint() uint32 {
+	v, n := binary.Uvarint(r.src)
+	if n <= 0 || v > 1<<31 {
+		r.bad = true
+		r.src = nil
+		return 0
+	}
+	r.src = r.src[n:]
+	return uint32(v)
+}
+
+func (r *tagReader) Span(n int) []byte {
+	if n < 0 || n > len(r.src) {
+		r.bad = true
+		r.src = nil
+		return nil
+	}
+	s := r.src[:n]
+	r.src = r.src[n:]
+	return s
+}
+
+func parseHeader(b []byte) (header, []byte, error) {
+	if len(b) < 10 {
+		return header{}, nil, fmt.Errorf("%w: short request header", errBadInput)
+	}
+	h := header{
+		key:     int16(binary.BigEndian.Uint16(b[0:])),
+		version: int16(binary.BigEndian.Uint16(b[2:])),
+		corr:    int32(binary.BigEndian.Uint32(b[4:])),
+	}
+	idLen := int16(binary.BigEndian.Uint16(b[8:]))
+	b = b[10:]
+	if idLen > 0 {
+		if int(idLen) > len(b) {
+			return header{}, nil, fmt.Errorf("%w: client id overflows the frame", errBadInput)
+		}
+		h.clientID = string(b[:idLen])
+		b = b[idLen:]
+	} else if idLen < -1 {
+		return header{}, nil, fmt.Errorf("%w: client id length %d", errBadInput, idLen)
+	}
+	return h, b, nil
+}
+
+func (c *conn) dispatch(frame []byte) error {
+	h, body, err := parseHeader(frame)
+	if err != nil {
+		return err
+	}
+	c.l.requests.Add(1)
+	if h.key == 18 { // ApiVersions: any version gets an answer
+		return c.enqueue(h, func(context.Context) kmsg.Response { return c.l.apiVersions(h.version) })
+	}
+	kreq := kmsg.RequestForKey(h.key)
+	if kreq == nil || h.version < 0 || h.version > kreq.MaxVersion() {
+		// Neither the body nor the answer can be encoded: Kafka closes
+		// such connections too.
+		return fmt.Errorf("%w: api key %d version %d", errBadInput, h.key, h.version)
+	}
+	kreq.SetVersion(h.version)
+	spec, ok := c.l.apis[h.key]
+	if !ok || h.version < spec.min || h.version > spec.max {
+		c.l.unsupported.Add(1)
+		return c.enqueue(h, func(context.Context) kmsg.Response {
+			resp := kreq.ResponseKind()
+			setTopLevelError(resp, errUnsupportedVersion)
+			return resp
+		})
+	}
+	if kreq.IsFlexible() {
+		tr := &tagReader{src: body}
+		kmsg.SkipTags(tr)
+		if tr.bad {
+			return fmt.Errorf("%w: request header tags", errBadInput)
+		}
+		body = tr.src
+	}
+	if err := kreq.ReadFrom(body); err != nil {
+		return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
+	}
+	r := &request{version: h.version, clientID: h.clientID, c: c}
+	return c.enqueue(h, func(ctx context.Context) kmsg.Response { return spec.fn(ctx, r, kreq) })
+}
+
+// enqueue reserves the next answer slot (blocking while maxInFlight requests
+// are outstanding) and runs fn in its own goroutine.
+func (c *conn) enqueue(h header, fn func(context.Context) kmsg.Response) error {
+	p := &pending{corr: h.corr, key: h.key, done: make(chan struct{})}
+	select {
+	case c.queue <- p:
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(p.done)
+		defer func() {
+			if v := recover(); v != nil {
+				c.l.bad.Add(1)
+				c.l.log.Error("request handler panicked; closing connection",
+					"api", kmsg.NameForKey(h.key), "version", h.version, "panic", v, "stack", string(debug.Stack()))
+				p.resp = nil
+				c.close()
+			}
+		}()
+		resp := fn(c.ctx)
+		if resp != nil && h.key != 18 { // apiVersions picks its own answer version
+			resp.SetVersion(h.version)
+		}
+		p.resp = resp
+	}()
+	return nil
+}
+
+func (c *conn) writeLoop() {
+	bw := bufio.NewWriterSize(c.nc, 64<<10)
+	var buf []byte
+	// Answers are buffered while more are ready, and flushed before waiting,
+	// so pipelined answers share writes without delaying any of them.
+	flush := func() bool {
+		if err := bw.Flush(); err != nil {
+			c.close()
+			return false
+		}
+		return true
+	}
+	for {
+		var p *pending
+		select {
+		case p = <-c.queue:
+		default:
+			if !flush() {
+				return
+			}
+			select {
+			case p = <-c.queue:
+			case <-c.ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-p.done:
+		default:
+			if !flush() {
+				return
+			}
+			select {
+			case <-p.done:
+			case <-c.ctx.Done():
+				return
+			}
+		}
+		if p.resp == nil {
+			continue
+		}
+		buf = append(buf[:0], 0, 0, 0, 0)
+		buf = binary.BigEndian.AppendUint32(buf, uint32(p.corr))
+		if p.resp.IsFlexible() && p.key != 18 { // ApiVersions answers always use header v0
+			buf = append(buf, 0)
+		}
+		buf = p.resp.AppendTo(buf)
+		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+		if _, err := bw.Write(buf); err != nil {
+			c.close()
+			return
+		}
+	}
+}
+
+// setTopLevelError sets a response's top-level ErrorCode field, if it has one.
+func setTopLevelError(resp kmsg.Response, code int16) {
+	v := reflect.ValueOf(resp)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return
+	}
+	if f := v.Elem().FieldByName("ErrorCode"); f.IsValid() && f.CanSet() && f.Kind() == reflect.Int16 {
+		f.SetInt(int64(code))
+	}
+}

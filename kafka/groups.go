@@ -1,0 +1,532 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/proto"
+
+	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+const (
+	// callTimeout bounds group calls that do not park.
+	callTimeout = 15 * time.Second
+	// parkMargin is added to the rebalance timeout for calls that may park
+	// (JoinGroup, SyncGroup). Java clients wait rebalance timeout + 5 s, so
+	// the listener answers (with a retriable error) before they give up.
+	parkMargin = 3 * time.Second
+	// defaultRebalanceTimeout bounds a SyncGroup whose connection never sent
+	// a JoinGroup (Kafka's default max.poll.interval.ms).
+	defaultRebalanceTimeout = 5 * time.Minute
+	// describeParallel bounds concurrent calls of one multi-group request.
+	describeParallel = 8
+
+	// generationTag is a tagged field (flexible DescribeGroups, v5+) in which
+	// the listener reports a group's generation; Kafka clients skip unknown
+	// tags, cohortctl reads it.
+	GenerationTag = 0x636f
+
+	// groupOps is the authorized-operations bitfield reported for groups:
+	// READ (3), DELETE (6), DESCRIBE (8).
+	groupOps = 1<<3 | 1<<6 | 1<<8
+)
+
+// errBadResponse is returned when Groups answers with the wrong type.
+var errBadResponse = errors.New("unexpected native response type")
+
+// call runs one native request with a deadline and checks the answer's type.
+func call[Resp proto.Message](ctx context.Context, l *Listener, timeout time.Duration, req proto.Message) (Resp, error) {
+	var zero Resp
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	m, err := l.groups.Call(ctx, req)
+	if err == nil {
+		r, ok := m.(Resp)
+		if ok && m != nil {
+			return r, nil
+		}
+		err = fmt.Errorf("%w: %T", errBadResponse, m)
+	}
+	l.callErrors.Add(1)
+	l.log.Debug("group call failed", "request", fmt.Sprintf("%T", req), "err", err)
+	return zero, err
+}
+
+// callErrorCode is the Kafka error code answered when a group call fails
+// (deadline, coordinator unavailable): retriable for every group API, and
+// makes clients look the coordinator up again.
+func callErrorCode(error) int16 { return errCoordinatorNotAvailable }
+
+func parkTimeout(rebalanceMs int32) time.Duration {
+	if rebalanceMs <= 0 {
+		return defaultRebalanceTimeout + parkMargin
+	}
+	return time.Duration(rebalanceMs)*time.Millisecond + parkMargin
+}
+
+func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGroupRequest) kmsg.Response {
+	if l.onJoin != nil {
+		l.onJoin(r.clientID, r.version)
+	}
+	resp := kmsg.NewPtrJoinGroupResponse()
+	rebalance := req.RebalanceTimeoutMillis
+	if r.version == 0 {
+		rebalance = req.SessionTimeoutMillis
+	}
+	r.c.rebalanceHint.Store(rebalance)
+	n := &grouppb.JoinGroupRequest{
+		GroupId:            req.Group,
+		SessionTimeoutMs:   req.SessionTimeoutMillis,
+		RebalanceTimeoutMs: req.RebalanceTimeoutMillis,
+		MemberId:           req.MemberID,
+		ProtocolType:       req.ProtocolType,
+		ApiVersion:         int32(r.version),
+		ClientId:           r.clientID,
+		ClientHost:         r.c.host,
+	}
+	if r.version >= 5 {
+		n.GroupInstanceId = req.InstanceID
+	}
+	if r.version >= 8 {
+		n.Reason = req.Reason
+	}
+	for _, p := range req.Protocols {
+		n.Protocols = append(n.Protocols, &grouppb.Protocol{Name: p.Name, Metadata: p.Metadata})
+	}
+	out, err := call[*grouppb.JoinGroupResponse](ctx, l, parkTimeout(rebalance), n)
+	if err != nil {
+		resp.ErrorCode = callErrorCode(err)
+		resp.Generation = -1
+		resp.MemberID = req.MemberID
+		return resp
+	}
+	resp.ErrorCode = int16(out.ErrorCode)
+	resp.Generation = out.GenerationId
+	resp.ProtocolType = out.ProtocolType
+	resp.Protocol = out.ProtocolName
+	if resp.Protocol != nil && *resp.Protocol == "" && r.version >= 7 {
+		resp.Protocol = nil
+	}
+	resp.LeaderID = out.Leader
+	resp.SkipAssignment = out.SkipAssignment
+	resp.MemberID = out.MemberId
+	for _, m := range out.Members {
+		km := kmsg.NewJoinGroupResponseMember()
+		km.MemberID = m.MemberId
+		km.InstanceID = m.GroupInstanceId
+		km.ProtocolMetadata = m.Metadata
+		resp.Members = append(resp.Members, km)
+	}
+	return resp
+}
+
+func (l *Listener) syncGroup(ctx context.Context, r *request, req *kmsg.SyncGroupRequest) kmsg.Response {
+	resp := kmsg.NewPtrSyncGroupResponse()
+	if r.version >= 5 && (req.ProtocolType == nil || req.Protocol == nil) {
+		resp.ErrorCode = errInconsistentGroupProtocol
+		return resp
+	}
+	n := &grouppb.SyncGroupRequest{
+		GroupId:      req.Group,
+		GenerationId: req.Generation,
+		MemberId:     req.MemberID,
+		ApiVersion:   int32(r.version),
+	}
+	if r.version >= 3 {
+		n.GroupInstanceId = req.InstanceID
+	}
+	if r.version >= 5 {
+		n.ProtocolType, n.ProtocolName = req.ProtocolType, req.Protocol
+	}
+	for _, a := range req.GroupAssignment {
+		n.Assignments = append(n.Assignments, &grouppb.SyncGroupAssignment{MemberId: a.MemberID, Assignment: a.MemberAssignment})
+	}
+	out, err := call[*grouppb.SyncGroupResponse](ctx, l, parkTimeout(r.c.rebalanceHint.Load()), n)
+	if err != nil {
+		resp.ErrorCode = callErrorCode(err)
+		return resp
+	}
+	resp.ErrorCode = int16(out.ErrorCode)
+	resp.ProtocolType, resp.Protocol = out.ProtocolType, out.ProtocolName
+	resp.MemberAssignment = out.Assignment
+	return resp
+}
+
+func (l *Listener) heartbeat(ctx context.Context, r *request, req *kmsg.HeartbeatRequest) kmsg.Response {
+	resp := kmsg.NewPtrHeartbeatResponse()
+	n := &grouppb.HeartbeatRequest{GroupId: req.Group, GenerationId: req.Generation, MemberId: req.MemberID}
+	if r.version >= 3 {
+		n.GroupInstanceId = req.InstanceID
+	}
+	out, err := call[*grouppb.HeartbeatResponse](ctx, l, callTimeout, n)
+	if err != nil {
+		resp.ErrorCode = callErrorCode(err)
+		return resp
+	}
+	resp.ErrorCode = int16(out.ErrorCode)
+	return resp
+}
+
+func (l *Listener) leaveGroup(ctx context.Context, r *request, req *kmsg.LeaveGroupRequest) kmsg.Response {
+	resp := kmsg.NewPtrLeaveGroupResponse()
+	n := &grouppb.LeaveGroupRequest{GroupId: req.Group}
+	if r.version < 3 {
+		n.Members = []*grouppb.MemberIdentity{{MemberId: req.MemberID}}
+	} else {
+		for _, m := range req.Members {
+			id := &grouppb.MemberIdentity{MemberId: m.MemberID, GroupInstanceId: m.InstanceID}
+			if r.version >= 5 {
+				id.Reason = m.Reason
+			}
+			n.Members = append(n.Members, id)
+		}
+	}
+	out, err := call[*grouppb.LeaveGroupResponse](ctx, l, callTimeout, n)
+	if err != nil {
+		resp.ErrorCode = callErrorCode(err)
+		return resp
+	}
+	resp.ErrorCode = int16(out.ErrorCode)
+	if r.version < 3 {
+		// v0-2 carry one member: its error is the answer unless the whole
+		// request failed.
+		if resp.ErrorCode == errNone && len(out.Members) > 0 {
+			resp.ErrorCode = int16(out.Members[0].ErrorCode)
+		}
+		return resp
+	}
+	for _, m := range out.Members {
+		km := kmsg.NewLeaveGroupResponseMember()
+		km.MemberID, km.InstanceID, km.ErrorCode = m.MemberId, m.GroupInstanceId, int16(m.ErrorCode)
+		resp.Members = append(resp.Members, km)
+	}
+	return resp
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.OffsetCommitRequest) kmsg.Response {
+	resp := kmsg.NewPtrOffsetCommitResponse()
+	n := &grouppb.OffsetCommitRequest{
+		GroupId:         req.Group,
+		GenerationId:    req.Generation,
+		MemberId:        req.MemberID,
+		RetentionTimeMs: -1,
+	}
+	if r.version < 1 {
+		n.GenerationId = -1
+		n.MemberId = ""
+	}
+	if r.version >= 2 && r.version <= 4 {
+		n.RetentionTimeMs = req.RetentionTimeMillis
+	}
+	if r.version >= 7 {
+		n.GroupInstanceId = req.InstanceID
+	}
+	// KafkaApis answers unknown topics and partitions itself; only known
+	// ones reach the coordinator.
+	codes := make(map[tp]int16)
+	for _, t := range req.Topics {
+		var nt *grouppb.OffsetCommitTopic
+		for _, p := range t.Partitions {
+			if !l.topics.HasPartition(t.Topic, p.Partition) {
+				codes[tp{t.Topic, p.Partition}] = errUnknownTopicOrPartition
+				continue
+			}
+			if nt == nil {
+				nt = &grouppb.OffsetCommitTopic{Name: t.Topic}
+				n.Topics = append(n.Topics, nt)
+			}
+			np := &grouppb.OffsetCommitPartition{
+				Partition:         p.Partition,
+				Offset:            p.Offset,
+				LeaderEpoch:       -1,
+				Metadata:          p.Metadata,
+				CommitTimestampMs: -1,
+			}
+			if r.version >= 6 {
+				np.LeaderEpoch = p.LeaderEpoch
+			}
+			if r.version == 1 {
+				np.CommitTimestampMs = p.Timestamp
+			}
+			nt.Partitions = append(nt.Partitions, np)
+		}
+	}
+	if len(n.Topics) > 0 {
+		out, err := call[*grouppb.OffsetCommitResponse](ctx, l, callTimeout, n)
+		if err != nil {
+			code := callErrorCode(err)
+			for _, t := range n.Topics {
+				for _, p := range t.Partitions {
+					codes[tp{t.Name, p.Partition}] = code
+				}
+			}
+		} else {
+			for _, t := range out.Topics {
+				for _, p := range t.Partitions {
+					codes[tp{t.Name, p.Partition}] = int16(p.ErrorCode)
+				}
+			}
+		}
+	}
+	for _, t := range req.Topics {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition = p.Partition
+			code, ok := codes[tp{t.Topic, p.Partition}]
+			if !ok {
+				code = errUnknownServerError
+			}
+			rp.ErrorCode = code
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+// fetchOffsets runs one native OffsetFetch; on failure it reports the error
+// as the top-level code.
+func (l *Listener) fetchOffsets(ctx context.Context, n *grouppb.OffsetFetchRequest) *grouppb.OffsetFetchResponse {
+	out, err := call[*grouppb.OffsetFetchResponse](ctx, l, callTimeout, n)
+	if err != nil {
+		return &grouppb.OffsetFetchResponse{ErrorCode: int32(callErrorCode(err))}
+	}
+	return out
+}
+
+func (l *Listener) offsetFetch(ctx context.Context, r *request, req *kmsg.OffsetFetchRequest) kmsg.Response {
+	resp := kmsg.NewPtrOffsetFetchResponse()
+	if r.version >= 8 {
+		resp.Groups = make([]kmsg.OffsetFetchResponseGroup, len(req.Groups))
+		parallel(len(req.Groups), func(i int) {
+			g := req.Groups[i]
+			n := &grouppb.OffsetFetchRequest{GroupId: g.Group, AllTopics: g.Topics == nil, RequireStable: req.RequireStable}
+			for _, t := range g.Topics {
+				n.Topics = append(n.Topics, &grouppb.TopicPartitions{Name: t.Topic, Partitions: t.Partitions})
+			}
+			out := l.fetchOffsets(ctx, n)
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group = g.Group
+			rg.ErrorCode = int16(out.ErrorCode)
+			for _, t := range out.Topics {
+				rt := kmsg.NewOffsetFetchResponseGroupTopic()
+				rt.Topic = t.Name
+				for _, p := range t.Partitions {
+					rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+					rp.Partition, rp.Offset, rp.LeaderEpoch, rp.ErrorCode = p.Partition, p.Offset, p.LeaderEpoch, int16(p.ErrorCode)
+					rp.Metadata = kmsg.StringPtr(p.Metadata)
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				rg.Topics = append(rg.Topics, rt)
+			}
+			resp.Groups[i] = rg
+		})
+		return resp
+	}
+	all := r.version >= 2 && req.Topics == nil
+	n := &grouppb.OffsetFetchRequest{GroupId: req.Group, AllTopics: all}
+	if r.version >= 7 {
+		n.RequireStable = req.RequireStable
+	}
+	for _, t := range req.Topics {
+		n.Topics = append(n.Topics, &grouppb.TopicPartitions{Name: t.Topic, Partitions: t.Partitions})
+	}
+	out := l.fetchOffsets(ctx, n)
+	top := int16(out.ErrorCode)
+	if r.version >= 2 {
+		resp.ErrorCode = top
+	}
+	if top != errNone && r.version < 2 {
+		// v0-1 have no top-level error: every requested partition carries it.
+		for _, t := range req.Topics {
+			rt := kmsg.NewOffsetFetchResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewOffsetFetchResponseTopicPartition()
+				rp.Partition, rp.Offset, rp.ErrorCode = p, -1, top
+				rp.Metadata = kmsg.StringPtr("")
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp
+	}
+	for _, t := range out.Topics {
+		rt := kmsg.NewOffsetFetchResponseTopic()
+		rt.Topic = t.Name
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetFetchResponseTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch, rp.ErrorCode = p.Partition, p.Offset, p.LeaderEpoch, int16(p.ErrorCode)
+			rp.Metadata = kmsg.StringPtr(p.Metadata)
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+func (l *Listener) offsetDelete(ctx context.Context, _ *request, req *kmsg.OffsetDeleteRequest) kmsg.Response {
+	resp := kmsg.NewPtrOffsetDeleteResponse()
+	n := &grouppb.OffsetDeleteRequest{GroupId: req.Group}
+	codes := make(map[tp]int16)
+	for _, t := range req.Topics {
+		var nt *grouppb.TopicPartitions
+		for _, p := range t.Partitions {
+			if !l.topics.HasPartition(t.Topic, p.Partition) {
+				codes[tp{t.Topic, p.Partition}] = errUnknownTopicOrPartition
+				continue
+			}
+			if nt == nil {
+				nt = &grouppb.TopicPartitions{Name: t.Topic}
+				n.Topics = append(n.Topics, nt)
+			}
+			nt.Partitions = append(nt.Partitions, p.Partition)
+		}
+	}
+	out, err := call[*grouppb.OffsetDeleteResponse](ctx, l, callTimeout, n)
+	if err != nil {
+		resp.ErrorCode = callErrorCode(err)
+		return resp
+	}
+	resp.ErrorCode = int16(out.ErrorCode)
+	for _, t := range out.Topics {
+		for _, p := range t.Partitions {
+			codes[tp{t.Name, p.Partition}] = int16(p.ErrorCode)
+		}
+	}
+	if resp.ErrorCode != errNone {
+		return resp
+	}
+	for _, t := range req.Topics {
+		rt := kmsg.NewOffsetDeleteResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetDeleteResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.ErrorCode = codes[tp{t.Topic, p.Partition}]
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+func (l *Listener) describeGroups(ctx context.Context, r *request, req *kmsg.DescribeGroupsRequest) kmsg.Response {
+	resp := kmsg.NewPtrDescribeGroupsResponse()
+	resp.Groups = make([]kmsg.DescribeGroupsResponseGroup, len(req.Groups))
+	parallel(len(req.Groups), func(i int) {
+		g := kmsg.NewDescribeGroupsResponseGroup()
+		g.Group = req.Groups[i]
+		if r.version >= 3 && req.IncludeAuthorizedOperations {
+			g.AuthorizedOperations = groupOps
+		}
+		out, err := call[*grouppb.DescribeGroupResponse](ctx, l, callTimeout, &grouppb.DescribeGroupRequest{GroupId: req.Groups[i]})
+		if err != nil {
+			g.ErrorCode = callErrorCode(err)
+			resp.Groups[i] = g
+			return
+		}
+		g.ErrorCode = int16(out.ErrorCode)
+		g.State, g.ProtocolType, g.Protocol = out.State, out.ProtocolType, out.ProtocolData
+		for _, m := range out.Members {
+			km := kmsg.NewDescribeGroupsResponseGroupMember()
+			km.MemberID, km.InstanceID, km.ClientID, km.ClientHost = m.MemberId, m.GroupInstanceId, m.ClientId, m.ClientHost
+			km.ProtocolMetadata, km.MemberAssignment = m.Metadata, m.Assignment
+			g.Members = append(g.Members, km)
+		}
+		if out.ErrorCode == 0 {
+			g.UnknownTags.Set(GenerationTag, appendGeneration(nil, out.GenerationId))
+		}
+		resp.Groups[i] = g
+	})
+	return resp
+}
+
+func (l *Listener) listGroups(ctx context.Context, r *request, req *kmsg.ListGroupsRequest) kmsg.Response {
+	resp := kmsg.NewPtrListGroupsResponse()
+	n := &grouppb.ListGroupsRequest{}
+	if r.version >= 4 {
+		n.StatesFilter = req.StatesFilter
+	}
+	if r.version >= 5 {
+		n.TypesFilter = req.TypesFilter
+	}
+	out, err := call[*grouppb.ListGroupsResponse](ctx, l, callTimeout, n)
+	if err != nil {
+		resp.ErrorCode = callErrorCode(err)
+		return resp
+	}
+	resp.ErrorCode = int16(out.ErrorCode)
+	for _, g := range out.Groups {
+		kg := kmsg.NewListGroupsResponseGroup()
+		kg.Group, kg.ProtocolType, kg.GroupState, kg.GroupType = g.GroupId, g.ProtocolType, g.State, g.GroupType
+		resp.Groups = append(resp.Groups, kg)
+	}
+	return resp
+}
+
+func (l *Listener) deleteGroups(ctx context.Context, _ *request, req *kmsg.DeleteGroupsRequest) kmsg.Response {
+	resp := kmsg.NewPtrDeleteGroupsResponse()
+	resp.Groups = make([]kmsg.DeleteGroupsResponseGroup, len(req.Groups))
+	parallel(len(req.Groups), func(i int) {
+		g := kmsg.NewDeleteGroupsResponseGroup()
+		g.Group = req.Groups[i]
+		out, err := call[*grouppb.DeleteGroupResponse](ctx, l, callTimeout, &grouppb.DeleteGroupRequest{GroupId: req.Groups[i]})
+		if err != nil {
+			g.ErrorCode = callErrorCode(err)
+		} else {
+			g.ErrorCode = int16(out.ErrorCode)
+		}
+		resp.Groups[i] = g
+	})
+	return resp
+}
+
+// parallel runs fn(0..n-1) with at most describeParallel at once.
+func parallel(n int, fn func(i int)) {
+	if n == 1 {
+		fn(0)
+		return
+	}
+	sem := make(chan struct{}, describeParallel)
+	var wg sync.WaitGroup
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			fn(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// appendGeneration encodes a generation as the GenerationTag payload: a
+// big-endian int32.
+func appendGeneration(dst []byte, gen int32) []byte {
+	return append(dst, byte(gen>>24), byte(gen>>16), byte(gen>>8), byte(gen))
+}
+
+// GenerationFromTags decodes the generation a cohort listener reports in a
+// DescribeGroups v5+ group entry; ok is false for other brokers.
+func GenerationFromTags(tags kmsg.Tags) (gen int32, ok bool) {
+	tags.Each(func(key uint32, val []byte) {
+		if key == GenerationTag && len(val) == 4 {
+			gen = int32(uint32(val[0])<<24 | uint32(val[1])<<16 | uint32(val[2])<<8 | uint32(val[3]))
+			ok = true
+		}
+	})
+	return gen, ok
+}

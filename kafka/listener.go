@@ -1,0 +1,231 @@
+// Package kafka is the Kafka wire-protocol listener: it decodes Kafka requests
+// with franz-go's kmsg, translates group requests into native requests for the
+// group core (Groups), answers topic requests from the catalog, and encodes the
+// answers. It keeps no group state.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cohort-coord/cohort/catalog"
+)
+
+// Groups executes one native group request (grouppb.*Request) and returns the
+// matching native response.
+type Groups interface {
+	Call(ctx context.Context, req proto.Message) (proto.Message, error)
+}
+
+// Config configures a Listener.
+type Config struct {
+	// Addr is the address to bind, host:port (port 0 allowed).
+	Addr string
+	// AdvertisedAddr is the host:port clients are told to connect to
+	// (Metadata, FindCoordinator). Defaults to the bound address.
+	AdvertisedAddr string
+	// NodeID is the broker id this listener reports.
+	NodeID int32
+	// MaxRequestBytes bounds a request frame; bigger frames close the
+	// connection. Default 100 MiB.
+	MaxRequestBytes int32
+	// AutoCreateTopics creates topics named in Metadata requests (Kafka's
+	// auto.create.topics.enable). DefaultConfig sets it; a zero Config has it off.
+	AutoCreateTopics bool
+	// DefaultPartitions is the partition count of auto-created topics and of
+	// CreateTopics with -1 partitions. Default 1.
+	DefaultPartitions int32
+	// Coordinator, when set, answers FindCoordinator for a group key; nil
+	// means this listener's own advertised address. Errors are Kafka error
+	// codes (e.g. COORDINATOR_NOT_AVAILABLE while no leader is known).
+	Coordinator CoordinatorFunc
+}
+
+// DefaultConfig returns the defaults: 127.0.0.1:9092, 100 MiB requests,
+// auto-created topics with 1 partition.
+func DefaultConfig() Config {
+	return Config{Addr: "127.0.0.1:9092", MaxRequestBytes: defaultMaxRequestBytes, AutoCreateTopics: true, DefaultPartitions: 1}
+}
+
+// Broker is a node as Kafka clients see it.
+type Broker struct {
+	NodeID int32
+	Host   string
+	Port   int32
+}
+
+// CoordinatorFunc returns the broker that coordinates the group key, or a
+// non-zero Kafka error code.
+type CoordinatorFunc func(groupKey string) (Broker, int16)
+
+// Stats are counters of the listener's connections.
+type Stats struct {
+	// Accepted connections since start.
+	Accepted uint64
+	// Open connections now.
+	Open int64
+	// Requests decoded and dispatched.
+	Requests uint64
+	// BadConnections counts connections closed for bad input: malformed
+	// frames or requests, oversized frames, unknown API keys.
+	BadConnections uint64
+	// UnsupportedVersions counts requests answered with UNSUPPORTED_VERSION.
+	UnsupportedVersions uint64
+	// CallErrors counts group calls that failed (answered with a retriable
+	// error code).
+	CallErrors uint64
+}
+
+// Listener serves the Kafka protocol on one TCP socket.
+type Listener struct {
+	cfg     Config
+	groups  Groups
+	topics  *catalog.Catalog
+	log     *slog.Logger
+	ln      net.Listener
+	self    Broker
+	autoOn  bool
+	apis    map[int16]apiSpec
+	version []apiVersion
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	wg    sync.WaitGroup
+
+	accepted, requests, bad, unsupported, callErrors atomic.Uint64
+	open                                             atomic.Int64
+
+	// onJoin, when set (tests), observes every JoinGroup version received.
+	onJoin func(clientID string, version int16)
+}
+
+const (
+	defaultMaxRequestBytes = 100 << 20
+	// maxInFlight bounds the requests of one connection that are being
+	// processed or waiting to be written.
+	maxInFlight = 64
+)
+
+// New binds the socket and returns a Listener ready to Serve.
+func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (*Listener, error) {
+	if groups == nil || topics == nil {
+		return nil, errors.New("kafka: groups and topics are required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = defaultMaxRequestBytes
+	}
+	if cfg.DefaultPartitions <= 0 {
+		cfg.DefaultPartitions = 1
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: listen %s: %w", cfg.Addr, err)
+	}
+	adv := cfg.AdvertisedAddr
+	if adv == "" {
+		adv = ln.Addr().String()
+	}
+	self, err := parseBroker(cfg.NodeID, adv)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if self.Host == "" || self.Host == "0.0.0.0" || self.Host == "::" {
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		p, _ := strconv.Atoi(port)
+		self.Host, self.Port = "127.0.0.1", int32(p)
+	}
+	l := &Listener{
+		cfg:    cfg,
+		groups: groups,
+		topics: topics,
+		log:    log.With("listener", "kafka"),
+		ln:     ln,
+		self:   self,
+		autoOn: cfg.AutoCreateTopics,
+		conns:  make(map[*conn]struct{}),
+	}
+	l.apis, l.version = l.apiTable()
+	return l, nil
+}
+
+func parseBroker(id int32, addr string) (Broker, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return Broker{}, fmt.Errorf("kafka: advertised address %q: %w", addr, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return Broker{}, fmt.Errorf("kafka: advertised port %q: %w", port, err)
+	}
+	return Broker{NodeID: id, Host: host, Port: int32(p)}, nil
+}
+
+// Addr is the bound address.
+func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Stats returns the connection counters.
+func (l *Listener) Stats() Stats {
+	return Stats{
+		Accepted:            l.accepted.Load(),
+		Open:                l.open.Load(),
+		Requests:            l.requests.Load(),
+		BadConnections:      l.bad.Load(),
+		UnsupportedVersions: l.unsupported.Load(),
+		CallErrors:          l.callErrors.Load(),
+	}
+}
+
+// Serve accepts connections until ctx is done, then closes the socket and all
+// connections, waits for their goroutines and returns.
+func (l *Listener) Serve(ctx context.Context) error {
+	l.log.Info("listening", "addr", l.ln.Addr().String(), "advertised", net.JoinHostPort(l.self.Host, strconv.Itoa(int(l.self.Port))))
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { l.ln.Close() })
+	defer stop()
+
+	var err error
+	for {
+		nc, aerr := l.ln.Accept()
+		if aerr != nil {
+			if ctx.Err() == nil {
+				err = fmt.Errorf("kafka: accept: %w", aerr)
+			}
+			break
+		}
+		l.accepted.Add(1)
+		c := l.newConn(ctx, nc)
+		l.mu.Lock()
+		l.conns[c] = struct{}{}
+		l.mu.Unlock()
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			c.serve()
+			l.mu.Lock()
+			delete(l.conns, c)
+			l.mu.Unlock()
+		}()
+	}
+	cancel()
+	l.ln.Close()
+	l.mu.Lock()
+	for c := range l.conns {
+		c.close()
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+	return err
+}

@@ -1,0 +1,339 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohort-coord/cohort/catalog"
+)
+
+const (
+	clusterID = "cohort"
+	// maxFetchWait caps how long an empty Fetch is held (clients ask for up
+	// to MaxWaitMillis; holding it keeps idle consumers from spinning).
+	maxFetchWait = 2 * time.Second
+	// topicOps is the authorized-operations bitfield reported for topics:
+	// READ (3), DESCRIBE (8).
+	topicOps = 1<<3 | 1<<8
+	// produceRejected explains the Produce answer.
+	produceRejected = "cohort is a group coordinator and stores no records"
+)
+
+func (l *Listener) coordinator(key string) (Broker, int16) {
+	if l.cfg.Coordinator != nil {
+		return l.cfg.Coordinator(key)
+	}
+	return l.self, errNone
+}
+
+func (l *Listener) findCoordinator(_ context.Context, r *request, req *kmsg.FindCoordinatorRequest) kmsg.Response {
+	resp := kmsg.NewPtrFindCoordinatorResponse()
+	answer := func(key string) (Broker, int16, *string) {
+		if r.version >= 1 && req.CoordinatorType != 0 {
+			// Transactions are not coordinated here.
+			msg := "cohort coordinates consumer groups only"
+			return Broker{NodeID: -1, Port: -1}, errCoordinatorNotAvailable, &msg
+		}
+		b, code := l.coordinator(key)
+		if code != errNone {
+			return Broker{NodeID: -1, Port: -1}, code, nil
+		}
+		return b, errNone, nil
+	}
+	if r.version >= 4 {
+		for _, key := range req.CoordinatorKeys {
+			b, code, msg := answer(key)
+			c := kmsg.NewFindCoordinatorResponseCoordinator()
+			c.Key, c.NodeID, c.Host, c.Port, c.ErrorCode, c.ErrorMessage = key, b.NodeID, b.Host, b.Port, code, msg
+			resp.Coordinators = append(resp.Coordinators, c)
+		}
+		return resp
+	}
+	b, code, msg := answer(req.CoordinatorKey)
+	resp.NodeID, resp.Host, resp.Port, resp.ErrorCode, resp.ErrorMessage = b.NodeID, b.Host, b.Port, code, msg
+	return resp
+}
+
+func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataRequest) kmsg.Response {
+	resp := kmsg.NewPtrMetadataResponse()
+	b := kmsg.NewMetadataResponseBroker()
+	b.NodeID, b.Host, b.Port = l.self.NodeID, l.self.Host, l.self.Port
+	resp.Brokers = []kmsg.MetadataResponseBroker{b}
+	resp.ClusterID = kmsg.StringPtr(clusterID)
+	resp.ControllerID = l.self.NodeID
+
+	all := req.Topics == nil || (r.version == 0 && len(req.Topics) == 0)
+	autoCreate := l.autoOn && (r.version < 4 || req.AllowAutoTopicCreation)
+	add := func(t catalog.Topic, code int16, name *string) {
+		mt := kmsg.NewMetadataResponseTopic()
+		mt.Topic, mt.TopicID, mt.ErrorCode = name, t.ID, code
+		if r.version >= 8 && req.IncludeTopicAuthorizedOperations {
+			mt.AuthorizedOperations = topicOps
+		}
+		if code == errNone {
+			mt.Partitions = l.partitions(t)
+		}
+		resp.Topics = append(resp.Topics, mt)
+	}
+	if all {
+		for _, t := range l.topics.List() {
+			add(t, errNone, kmsg.StringPtr(t.Name))
+		}
+		return resp
+	}
+	for _, rt := range req.Topics {
+		if rt.Topic == nil { // lookup by id (v10+)
+			t, ok := l.topics.GetByID(rt.TopicID)
+			if !ok {
+				add(catalog.Topic{ID: rt.TopicID}, errUnknownTopicID, nil)
+				continue
+			}
+			add(t, errNone, kmsg.StringPtr(t.Name))
+			continue
+		}
+		name := *rt.Topic
+		t, ok := l.topics.Get(name)
+		if !ok && autoCreate {
+			var code int16
+			t, code = l.createTopic(ctx, name, l.cfg.DefaultPartitions)
+			if code == errTopicAlreadyExists { // raced with another creator
+				t, ok = l.topics.Get(name)
+				code = errNone
+				if !ok {
+					code = errUnknownTopicOrPartition
+				}
+			}
+			add(t, code, kmsg.StringPtr(name))
+			continue
+		}
+		if !ok {
+			code := errUnknownTopicOrPartition
+			if catalog.ValidateName(name) != nil {
+				code = errInvalidTopic
+			}
+			add(catalog.Topic{}, code, kmsg.StringPtr(name))
+			continue
+		}
+		add(t, errNone, kmsg.StringPtr(name))
+	}
+	return resp
+}
+
+func (l *Listener) partitions(t catalog.Topic) []kmsg.MetadataResponseTopicPartition {
+	ps := make([]kmsg.MetadataResponseTopicPartition, t.Partitions)
+	for i := range ps {
+		p := kmsg.NewMetadataResponseTopicPartition()
+		p.Partition, p.Leader, p.LeaderEpoch = int32(i), l.self.NodeID, 0
+		p.Replicas, p.ISR = []int32{l.self.NodeID}, []int32{l.self.NodeID}
+		ps[i] = p
+	}
+	return ps
+}
+
+// createTopic proposes a new topic and maps the outcome to a Kafka code.
+func (l *Listener) createTopic(ctx context.Context, name string, partitions int32) (catalog.Topic, int16) {
+	cmd := catalog.CreateTopic{Name: name, ID: catalog.NewTopicID(), Partitions: partitions}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	err := l.topics.Propose(ctx, cmd)
+	switch {
+	case err == nil:
+		return catalog.Topic(cmd), errNone
+	case errors.Is(err, catalog.ErrTopicExists):
+		return catalog.Topic{}, errTopicAlreadyExists
+	case errors.Is(err, catalog.ErrInvalidTopic):
+		return catalog.Topic{}, errInvalidTopic
+	case errors.Is(err, catalog.ErrInvalidPartitions):
+		return catalog.Topic{}, errInvalidPartitions
+	default:
+		return catalog.Topic{}, errRequestTimedOut
+	}
+}
+
+func (l *Listener) createTopics(ctx context.Context, r *request, req *kmsg.CreateTopicsRequest) kmsg.Response {
+	resp := kmsg.NewPtrCreateTopicsResponse()
+	for _, t := range req.Topics {
+		rt := kmsg.NewCreateTopicsResponseTopic()
+		rt.Topic = t.Topic
+		parts := t.NumPartitions
+		if parts == -1 && len(t.ReplicaAssignment) > 0 {
+			parts = int32(len(t.ReplicaAssignment))
+		} else if parts == -1 {
+			parts = l.cfg.DefaultPartitions
+		}
+		var code int16
+		var msg string
+		switch {
+		case catalog.ValidateName(t.Topic) != nil:
+			code, msg = errInvalidTopic, "invalid topic name"
+		case parts <= 0 || parts > catalog.MaxPartitions:
+			code, msg = errInvalidPartitions, "partition count must be between 1 and 65536"
+		case t.ReplicationFactor != -1 && t.ReplicationFactor != 1 && len(t.ReplicaAssignment) == 0:
+			code, msg = errInvalidReplicationFactor, "this cluster has one broker: replication factor must be 1 or -1"
+		case req.ValidateOnly:
+			if _, ok := l.topics.Get(t.Topic); ok {
+				code, msg = errTopicAlreadyExists, "topic already exists"
+			}
+		default:
+			var topic catalog.Topic
+			topic, code = l.createTopic(ctx, t.Topic, parts)
+			rt.TopicID = topic.ID
+			switch code {
+			case errTopicAlreadyExists:
+				msg = "topic already exists"
+			case errRequestTimedOut:
+				msg = "catalog update did not complete"
+			}
+		}
+		rt.ErrorCode = code
+		if code != errNone && r.version >= 1 {
+			rt.ErrorMessage = kmsg.StringPtr(msg)
+		}
+		if code == errNone {
+			rt.NumPartitions, rt.ReplicationFactor = parts, 1
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+func (l *Listener) deleteTopics(ctx context.Context, r *request, req *kmsg.DeleteTopicsRequest) kmsg.Response {
+	resp := kmsg.NewPtrDeleteTopicsResponse()
+	type target struct {
+		name *string
+		id   [16]byte
+	}
+	var targets []target
+	if r.version >= 6 {
+		for _, t := range req.Topics {
+			targets = append(targets, target{t.Topic, t.TopicID})
+		}
+	} else {
+		for _, n := range req.TopicNames {
+			targets = append(targets, target{name: kmsg.StringPtr(n)})
+		}
+	}
+	for _, tg := range targets {
+		rt := kmsg.NewDeleteTopicsResponseTopic()
+		rt.Topic, rt.TopicID = tg.name, tg.id
+		var t catalog.Topic
+		var ok bool
+		if tg.name != nil {
+			t, ok = l.topics.Get(*tg.name)
+		} else {
+			t, ok = l.topics.GetByID(tg.id)
+		}
+		if !ok {
+			rt.ErrorCode = errUnknownTopicOrPartition
+			if tg.name == nil {
+				rt.ErrorCode = errUnknownTopicID
+			}
+			resp.Topics = append(resp.Topics, rt)
+			continue
+		}
+		rt.Topic, rt.TopicID = kmsg.StringPtr(t.Name), t.ID
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		err := l.topics.Propose(cctx, catalog.DeleteTopic{Name: t.Name})
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, catalog.ErrUnknownTopic):
+			rt.ErrorCode = errUnknownTopicOrPartition
+		default:
+			rt.ErrorCode = errRequestTimedOut
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+// listOffsets answers every catalog partition as empty: earliest and latest
+// are offset 0.
+func (l *Listener) listOffsets(_ context.Context, r *request, req *kmsg.ListOffsetsRequest) kmsg.Response {
+	resp := kmsg.NewPtrListOffsetsResponse()
+	for _, t := range req.Topics {
+		rt := kmsg.NewListOffsetsResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewListOffsetsResponseTopicPartition()
+			rp.Partition = p.Partition
+			switch {
+			case !l.topics.HasPartition(t.Topic, p.Partition):
+				rp.ErrorCode = errUnknownTopicOrPartition
+			case r.version == 0:
+				rp.OldStyleOffsets = []int64{0}
+			default:
+				rp.Offset, rp.Timestamp, rp.LeaderEpoch = 0, -1, 0
+				if p.Timestamp >= 0 { // by time: no record has that timestamp
+					rp.Offset = -1
+				}
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+// fetch answers catalog partitions with no records. The log is empty at every
+// offset a consumer holds (its committed offset), so the high watermark is the
+// fetch offset and nothing is ever out of range. An empty fetch is held for
+// the client's MaxWaitMillis (capped), as a broker with no new data would.
+func (l *Listener) fetch(ctx context.Context, r *request, req *kmsg.FetchRequest) kmsg.Response {
+	resp := kmsg.NewPtrFetchResponse()
+	for _, t := range req.Topics {
+		rt := kmsg.NewFetchResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewFetchResponseTopicPartition()
+			rp.Partition = p.Partition
+			if !l.topics.HasPartition(t.Topic, p.Partition) {
+				rp.ErrorCode = errUnknownTopicOrPartition
+				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
+			} else {
+				end := max(p.FetchOffset, 0)
+				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = end, end, 0
+				rp.RecordBatches = []byte{}
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	if wait := min(time.Duration(req.MaxWaitMillis)*time.Millisecond, maxFetchWait); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	return resp
+}
+
+// produce rejects every batch: cohort stores no records. Acks 0 gets no
+// answer, as in Kafka.
+func (l *Listener) produce(_ context.Context, r *request, req *kmsg.ProduceRequest) kmsg.Response {
+	if req.Acks == 0 {
+		return nil
+	}
+	resp := kmsg.NewPtrProduceResponse()
+	for _, t := range req.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition = p.Partition
+			rp.ErrorCode = errInvalidRequest
+			rp.BaseOffset = -1
+			if r.version >= 8 {
+				rp.ErrorMessage = kmsg.StringPtr(produceRejected)
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
