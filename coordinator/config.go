@@ -1,0 +1,80 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config holds the group settings, named after Kafka's broker configs.
+type Config struct {
+	MinSessionTimeout     time.Duration // group.min.session.timeout.ms
+	MaxSessionTimeout     time.Duration // group.max.session.timeout.ms
+	InitialRebalanceDelay time.Duration // group.initial.rebalance.delay.ms
+	MaxSize               int           // group.max.size; 0 means unlimited
+	NewMemberJoinTimeout  time.Duration // classic new-member join timeout
+	OffsetsRetention      time.Duration // offsets.retention.minutes
+	// OffsetsRetentionCheckInterval is offsets.retention.check.interval.ms.
+	OffsetsRetentionCheckInterval time.Duration
+	OffsetMetadataMaxBytes        int // offset.metadata.max.bytes
+	// MaxRecordBytes bounds one group-metadata record (Kafka: message.max.bytes).
+	MaxRecordBytes int
+}
+
+// DefaultConfig returns Kafka's defaults.
+func DefaultConfig() Config {
+	return Config{
+		MinSessionTimeout:             6 * time.Second,
+		MaxSessionTimeout:             30 * time.Minute,
+		InitialRebalanceDelay:         3 * time.Second,
+		MaxSize:                       0,
+		NewMemberJoinTimeout:          5 * time.Minute,
+		OffsetsRetention:              7 * 24 * time.Hour,
+		OffsetsRetentionCheckInterval: 10 * time.Minute,
+		OffsetMetadataMaxBytes:        4096,
+		MaxRecordBytes:                1048588,
+	}
+}
+
+// Validate reports every invalid setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MinSessionTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("group min session timeout must be positive, got %v", c.MinSessionTimeout))
+	}
+	if c.MaxSessionTimeout < c.MinSessionTimeout {
+		errs = append(errs, fmt.Errorf("group max session timeout %v is below the min session timeout %v", c.MaxSessionTimeout, c.MinSessionTimeout))
+	}
+	if c.MaxSessionTimeout > time.Duration(1<<31-1)*time.Millisecond {
+		errs = append(errs, fmt.Errorf("group max session timeout %v does not fit in int32 milliseconds", c.MaxSessionTimeout))
+	}
+	if c.InitialRebalanceDelay < 0 {
+		errs = append(errs, fmt.Errorf("group initial rebalance delay must not be negative, got %v", c.InitialRebalanceDelay))
+	}
+	if c.MaxSize < 0 {
+		errs = append(errs, fmt.Errorf("group max size must be 0 (unlimited) or positive, got %d", c.MaxSize))
+	}
+	if c.NewMemberJoinTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("group new member join timeout must be positive, got %v", c.NewMemberJoinTimeout))
+	}
+	if c.OffsetsRetention <= 0 {
+		errs = append(errs, fmt.Errorf("offsets retention must be positive, got %v", c.OffsetsRetention))
+	}
+	if c.OffsetsRetentionCheckInterval <= 0 {
+		errs = append(errs, fmt.Errorf("offsets retention check interval must be positive, got %v", c.OffsetsRetentionCheckInterval))
+	}
+	if c.OffsetMetadataMaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("offset metadata max bytes must not be negative, got %d", c.OffsetMetadataMaxBytes))
+	}
+	if c.MaxRecordBytes <= 0 {
+		errs = append(errs, fmt.Errorf("max record bytes must be positive, got %d", c.MaxRecordBytes))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) maxSize() int {
+	if c.MaxSize <= 0 {
+		return int(^uint(0) >> 1)
+	}
+	return c.MaxSize
+}

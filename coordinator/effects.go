@@ -1,0 +1,105 @@
+package coordinator
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+// ReplyTo identifies where a response goes. The machine only stores it and
+// hands it back in a Reply; the actor decides what it is.
+type ReplyTo any
+
+// Reply is a response to deliver.
+type Reply struct {
+	To  ReplyTo
+	Msg proto.Message
+}
+
+// TimerKind names one of a group's timers.
+type TimerKind uint8
+
+const (
+	// TimerMember is the liveness timer of one member or pending member id.
+	TimerMember TimerKind = iota + 1
+	// TimerJoin is the rebalance (or initial delay) timer of the join phase.
+	TimerJoin
+	// TimerSync is the pending-sync timer of the current generation.
+	TimerSync
+	// TimerOffsetExpiry is the periodic offset-retention check.
+	TimerOffsetExpiry
+)
+
+func (k TimerKind) String() string {
+	switch k {
+	case TimerMember:
+		return "member"
+	case TimerJoin:
+		return "join"
+	case TimerSync:
+		return "sync"
+	case TimerOffsetExpiry:
+		return "offset-expiry"
+	}
+	return "unknown"
+}
+
+// TimerKey identifies a timer of one group. Arming a key replaces the timer
+// armed under it before.
+type TimerKey struct {
+	Kind   TimerKind
+	Member string // member id for TimerMember; empty otherwise
+}
+
+// TimerOp arms (Cancel false) or cancels a timer.
+type TimerOp struct {
+	Key    TimerKey
+	After  time.Duration
+	Cancel bool
+}
+
+// Persist asks for records to be written. The owner calls
+// Group.OnPersisted(Token, err) once the write has completed or failed.
+type Persist struct {
+	Token   uint64
+	Records []*pb.Record
+}
+
+// Effects collects what one call asks its owner to do. Reuse one value and
+// call Reset between calls: appending to its slices does not allocate once
+// they have grown.
+type Effects struct {
+	Replies  []Reply
+	Timers   []TimerOp
+	Persists []Persist
+	// Gone is set when the group is dead and all its writes are done: the
+	// owner may forget it.
+	Gone bool
+}
+
+// Reset empties e, keeping its capacity.
+func (e *Effects) Reset() {
+	clear(e.Replies)
+	e.Replies = e.Replies[:0]
+	e.Timers = e.Timers[:0]
+	clear(e.Persists)
+	e.Persists = e.Persists[:0]
+	e.Gone = false
+}
+
+func (e *Effects) reply(to ReplyTo, msg proto.Message) {
+	if to == nil {
+		return
+	}
+	e.Replies = append(e.Replies, Reply{To: to, Msg: msg})
+}
+
+func (e *Effects) arm(kind TimerKind, member string, after time.Duration) {
+	e.Timers = append(e.Timers, TimerOp{Key: TimerKey{Kind: kind, Member: member}, After: after})
+}
+
+func (e *Effects) cancel(kind TimerKind, member string) {
+	e.Timers = append(e.Timers, TimerOp{Key: TimerKey{Kind: kind, Member: member}, Cancel: true})
+}

@@ -1,0 +1,477 @@
+package coordinator
+
+import (
+	"slices"
+	"time"
+
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+// State is a group state (Kafka's GroupState).
+type State uint8
+
+const (
+	Empty State = iota
+	PreparingRebalance
+	CompletingRebalance
+	Stable
+	Dead
+)
+
+var stateNames = [...]string{"Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"}
+
+// String returns the wire name used by DescribeGroups and ListGroups.
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "Unknown"
+}
+
+// validPrevious lists, per target state, the states it may be entered from.
+var validPrevious = [...][]State{
+	Empty:               {PreparingRebalance},
+	PreparingRebalance:  {Stable, CompletingRebalance, Empty},
+	CompletingRebalance: {PreparingRebalance},
+	Stable:              {CompletingRebalance},
+	Dead:                {Empty, PreparingRebalance, CompletingRebalance, Stable, Dead},
+}
+
+type member struct {
+	id               string
+	instanceID       *string
+	clientID         string
+	clientHost       string
+	rebalanceTimeout time.Duration
+	sessionTimeout   time.Duration
+	protocols        []*pb.Protocol
+	assignment       []byte
+
+	joinReply   ReplyTo // parked JoinGroup, nil when not awaiting join
+	joinVersion int32
+	syncReply   ReplyTo // parked SyncGroup, nil when not awaiting sync
+	isNew       bool
+}
+
+func (m *member) metadata(protocol string) []byte {
+	for _, p := range m.protocols {
+		if p.GetName() == protocol {
+			return p.GetMetadata()
+		}
+	}
+	return nil
+}
+
+// matches is Kafka's byte-exact, order-sensitive protocol comparison.
+func (m *member) matches(protocols []*pb.Protocol) bool {
+	if len(protocols) != len(m.protocols) {
+		return false
+	}
+	for i, p := range protocols {
+		q := m.protocols[i]
+		if p.GetName() != q.GetName() || string(p.GetMetadata()) != string(q.GetMetadata()) {
+			return false
+		}
+	}
+	return true
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+type offsetEntry struct {
+	offset      int64
+	leaderEpoch int32
+	metadata    string
+	commitMs    int64
+	expireMs    int64 // -1: follows the group's retention rules
+}
+
+// initialDelay is the state of Kafka's InitialDelayedJoin.
+type initialDelay struct {
+	active    bool
+	delay     time.Duration
+	remaining time.Duration
+}
+
+// Group is one consumer group's state machine. It is not safe for concurrent
+// use; its owner serialises calls.
+type Group struct {
+	id  string
+	cfg *Config
+
+	state     State
+	stateTime time.Time
+
+	protocolType string // "" when none
+	protocolName *string
+	generation   int32
+	leader       string // "" when none
+
+	members    map[string]*member
+	order      []*member // join order; drives leader election and listings
+	static     map[string]string
+	pending    map[string]struct{}
+	awaitJoin  int
+	protoCount map[string]int
+	pendSync   map[string]struct{}
+
+	newMemberAdded bool
+	initial        initialDelay
+	joinArmed      bool
+	syncArmed      bool
+	syncGen        int32
+
+	subscribed      map[string]struct{}
+	subscribedKnown bool
+
+	offsets        map[topicPartition]offsetEntry
+	pendingCommits map[topicPartition]int
+
+	nextToken uint64
+	inflight  map[uint64]persistOp
+	deleting  bool // a group deletion is being written
+}
+
+// New returns an Empty group at generation 0.
+func New(id string, cfg *Config, now time.Time) *Group {
+	return &Group{
+		id:             id,
+		cfg:            cfg,
+		state:          Empty,
+		stateTime:      now,
+		members:        map[string]*member{},
+		static:         map[string]string{},
+		pending:        map[string]struct{}{},
+		protoCount:     map[string]int{},
+		pendSync:       map[string]struct{}{},
+		offsets:        map[topicPartition]offsetEntry{},
+		pendingCommits: map[topicPartition]int{},
+		inflight:       map[uint64]persistOp{},
+	}
+}
+
+// Restore rebuilds a group from its durable records, as Kafka does on load:
+// Stable with the persisted generation if it has members, Empty otherwise.
+// Call Start afterwards to arm its timers.
+func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now time.Time) *Group {
+	id := rec.GetGroupId()
+	g := New(id, cfg, now)
+	g.protocolType = rec.GetProtocolType()
+	g.generation = rec.GetGeneration()
+	if rec.ProtocolName != nil {
+		name := rec.GetProtocolName()
+		g.protocolName = &name
+	}
+	if ts := rec.GetStateTimestampMs(); ts > 0 {
+		g.stateTime = time.UnixMilli(ts)
+	}
+	for _, mr := range rec.GetMembers() {
+		m := &member{
+			id:               mr.GetMemberId(),
+			instanceID:       cloneOpt(mr.GroupInstanceId),
+			clientID:         mr.GetClientId(),
+			clientHost:       mr.GetClientHost(),
+			rebalanceTimeout: msDuration(mr.GetRebalanceTimeoutMs()),
+			sessionTimeout:   msDuration(mr.GetSessionTimeoutMs()),
+			protocols:        []*pb.Protocol{{Name: g.protocolNameOr(""), Metadata: mr.GetSubscription()}},
+			assignment:       mr.GetAssignment(),
+		}
+		if _, dup := g.members[m.id]; dup || m.id == "" {
+			continue
+		}
+		g.addMember(m)
+	}
+	if rec.Leader != nil {
+		if _, ok := g.members[rec.GetLeader()]; ok {
+			g.leader = rec.GetLeader()
+		}
+	}
+	if len(g.members) > 0 && g.protocolName != nil {
+		g.state = Stable
+		g.computeSubscribed()
+	} else {
+		// A record without members (or without a protocol) loads as Empty.
+		for len(g.order) > 0 {
+			g.removeMember(g.order[0], nil)
+		}
+		g.protocolName = nil
+	}
+	for _, o := range offsets {
+		g.offsets[topicPartition{o.GetTopic(), o.GetPartition()}] = offsetEntry{
+			offset:      o.GetOffset(),
+			leaderEpoch: o.GetLeaderEpoch(),
+			metadata:    o.GetMetadata(),
+			commitMs:    o.GetCommitTimestampMs(),
+			expireMs:    o.GetExpireTimestampMs(),
+		}
+	}
+	return g
+}
+
+// Start arms the timers of a new or restored group: the periodic offset
+// check and a fresh session timer for every member. A restored group larger
+// than group.max.size starts a rebalance.
+func (g *Group) Start(now time.Time, fx *Effects) {
+	fx.arm(TimerOffsetExpiry, "", g.cfg.OffsetsRetentionCheckInterval)
+	for _, m := range g.order {
+		fx.arm(TimerMember, m.id, m.sessionTimeout)
+	}
+	if len(g.members) > g.cfg.maxSize() && g.state == Stable {
+		g.prepareRebalance(now, fx)
+	}
+}
+
+// ID returns the group id.
+func (g *Group) ID() string { return g.id }
+
+// State returns the current state.
+func (g *Group) State() State { return g.state }
+
+// Generation returns the current generation.
+func (g *Group) Generation() int32 { return g.generation }
+
+// ProtocolType returns the group's protocol type ("" when it has none).
+func (g *Group) ProtocolType() string { return g.protocolType }
+
+// Leader returns the leader's member id ("" when there is none).
+func (g *Group) Leader() string { return g.leader }
+
+// NumMembers returns the number of members (pending ids excluded).
+func (g *Group) NumMembers() int { return len(g.members) }
+
+// MemberIDs returns the member ids in join order.
+func (g *Group) MemberIDs() []string {
+	ids := make([]string, len(g.order))
+	for i, m := range g.order {
+		ids[i] = m.id
+	}
+	return ids
+}
+
+// HasPending reports whether id is a pending (MEMBER_ID_REQUIRED) member id.
+func (g *Group) HasPending(id string) bool {
+	_, ok := g.pending[id]
+	return ok
+}
+
+func (g *Group) protocolNameOr(def string) string {
+	if g.protocolName == nil {
+		return def
+	}
+	return *g.protocolName
+}
+
+func (g *Group) transition(to State, now time.Time) {
+	if !slices.Contains(validPrevious[to], g.state) {
+		panic("coordinator: illegal transition " + g.state.String() + " -> " + to.String())
+	}
+	g.state = to
+	g.stateTime = now
+}
+
+// canRebalance is Kafka's canRebalance.
+func (g *Group) canRebalance() bool {
+	return g.state == Stable || g.state == CompletingRebalance || g.state == Empty
+}
+
+func (g *Group) rebalanceTimeout() time.Duration {
+	var d time.Duration
+	for _, m := range g.order {
+		d = max(d, m.rebalanceTimeout)
+	}
+	return d
+}
+
+func (g *Group) hasAllMembersJoined() bool {
+	return len(g.members) == g.awaitJoin && len(g.pending) == 0
+}
+
+// addMember is Kafka's group.add (the caller sets the protocol type for the
+// first member): leader if there is none, protocol counters, pending id and static mapping.
+func (g *Group) addMember(m *member) {
+	if g.leader == "" {
+		g.leader = m.id
+	}
+	g.members[m.id] = m
+	g.order = append(g.order, m)
+	for _, p := range m.protocols {
+		g.protoCount[p.GetName()]++
+	}
+	delete(g.pending, m.id)
+	if m.instanceID != nil {
+		g.static[*m.instanceID] = m.id
+	}
+	if m.joinReply != nil {
+		g.awaitJoin++
+	}
+}
+
+// removeMember is Kafka's group.remove plus removeStaticMember: it forgets the
+// member, cancels its liveness timer and answers a parked SyncGroup with
+// REBALANCE_IN_PROGRESS (the answer the member would get from the rebalance
+// its removal starts). A parked JoinGroup must be answered by the caller.
+func (g *Group) removeMember(m *member, fx *Effects) {
+	if fx != nil {
+		fx.cancel(TimerMember, m.id)
+		if m.syncReply != nil {
+			fx.reply(m.syncReply, syncError(ErrRebalanceInProgress))
+		}
+	}
+	m.syncReply = nil
+	if m.joinReply != nil {
+		g.awaitJoin--
+		m.joinReply = nil
+	}
+	for _, p := range m.protocols {
+		g.decProto(p.GetName())
+	}
+	delete(g.members, m.id)
+	if i := slices.Index(g.order, m); i >= 0 {
+		g.order = slices.Delete(g.order, i, i+1)
+	}
+	if m.instanceID != nil && g.static[*m.instanceID] == m.id {
+		delete(g.static, *m.instanceID)
+	}
+	g.removePendingSync(m.id, fx)
+	if g.leader == m.id {
+		g.leader = ""
+		if len(g.order) > 0 {
+			g.leader = g.order[0].id
+		}
+	}
+}
+
+func (g *Group) decProto(name string) {
+	if n := g.protoCount[name] - 1; n > 0 {
+		g.protoCount[name] = n
+	} else {
+		delete(g.protoCount, name)
+	}
+}
+
+func (g *Group) removePendingSync(id string, fx *Effects) {
+	if _, ok := g.pendSync[id]; !ok {
+		return
+	}
+	delete(g.pendSync, id)
+	if len(g.pendSync) == 0 && g.syncArmed {
+		g.syncArmed = false
+		if fx != nil {
+			fx.cancel(TimerSync, "")
+		}
+	}
+}
+
+func (g *Group) setJoinReply(m *member, to ReplyTo, version int32) {
+	if m.joinReply == nil && to != nil {
+		g.awaitJoin++
+	} else if m.joinReply != nil && to == nil {
+		g.awaitJoin--
+	}
+	m.joinReply = to
+	m.joinVersion = version
+}
+
+// supportsProtocols is Kafka's admission check for a joining member.
+func (g *Group) supportsProtocols(protocolType string, protocols []*pb.Protocol) bool {
+	if g.state == Empty {
+		return protocolType != "" && len(protocols) > 0
+	}
+	if protocolType != g.protocolType {
+		return false
+	}
+	for _, p := range protocols {
+		if g.protoCount[p.GetName()] == len(g.members) {
+			return true
+		}
+	}
+	return false
+}
+
+// selectProtocol runs the vote: each member votes for its first protocol that
+// every member supports; most votes win; ties go to the protocol the leader
+// lists first.
+func (g *Group) selectProtocol() string {
+	n := len(g.members)
+	votes := map[string]int{}
+	for _, m := range g.order {
+		for _, p := range m.protocols {
+			if g.protoCount[p.GetName()] == n {
+				votes[p.GetName()]++
+				break
+			}
+		}
+	}
+	var ranking []*pb.Protocol
+	if l := g.members[g.leader]; l != nil {
+		ranking = l.protocols
+	} else if len(g.order) > 0 {
+		ranking = g.order[0].protocols
+	}
+	best, bestVotes := "", -1
+	for _, p := range ranking {
+		if v, ok := votes[p.GetName()]; ok && v > bestVotes {
+			best, bestVotes = p.GetName(), v
+		}
+	}
+	return best
+}
+
+// validateMember is Kafka's validateCurrentMember.
+func (g *Group) validateMember(memberID string, instanceID *string) int32 {
+	if instanceID != nil {
+		mapped, ok := g.static[*instanceID]
+		if !ok {
+			return ErrUnknownMemberID
+		}
+		if mapped != memberID {
+			return ErrFencedInstanceID
+		}
+	}
+	if _, ok := g.members[memberID]; !ok {
+		return ErrUnknownMemberID
+	}
+	return ErrNone
+}
+
+// computeSubscribed derives the topics a "consumer" group subscribes to from
+// the selected protocol's subscriptions (ConsumerProtocol v0 prefix).
+func (g *Group) computeSubscribed() {
+	g.subscribed, g.subscribedKnown = nil, false
+	if g.protocolType != "consumer" || g.protocolName == nil {
+		return
+	}
+	set := map[string]struct{}{}
+	for _, m := range g.order {
+		topics, ok := subscriptionTopics(m.metadata(*g.protocolName))
+		if !ok {
+			return
+		}
+		for _, t := range topics {
+			set[t] = struct{}{}
+		}
+	}
+	g.subscribed, g.subscribedKnown = set, true
+}
+
+func msDuration(ms int32) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+func durationMs(d time.Duration) int32 { return int32(d / time.Millisecond) }
+
+func cloneOpt(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	v := *s
+	return &v
+}
+
+func optEqual(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}

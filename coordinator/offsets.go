@@ -1,0 +1,288 @@
+package coordinator
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+func commitErrors(req *pb.OffsetCommitRequest, code int32) *pb.OffsetCommitResponse {
+	resp := &pb.OffsetCommitResponse{Topics: make([]*pb.TopicPartitionErrors, 0, len(req.GetTopics()))}
+	for _, t := range req.GetTopics() {
+		te := &pb.TopicPartitionErrors{Name: t.GetName(), Partitions: make([]*pb.PartitionError, 0, len(t.GetPartitions()))}
+		for _, p := range t.GetPartitions() {
+			te.Partitions = append(te.Partitions, &pb.PartitionError{Partition: p.GetPartition(), ErrorCode: code})
+		}
+		resp.Topics = append(resp.Topics, te)
+	}
+	return resp
+}
+
+// Commit handles OffsetCommit. The answer is sent once the offsets are
+// written; the committed offsets become visible to OffsetFetch only then.
+func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, fx *Effects) {
+	if code := g.validateCommit(req); code != ErrNone {
+		fx.reply(to, commitErrors(req, code))
+		return
+	}
+	if m := g.members[req.GetMemberId()]; m != nil && (g.state == Stable || g.state == PreparingRebalance) {
+		fx.arm(TimerMember, m.id, m.sessionTimeout)
+	}
+	resp := commitErrors(req, ErrNone)
+	nowMs := now.UnixMilli()
+	expireMs := int64(-1)
+	if r := req.GetRetentionTimeMs(); r > 0 {
+		expireMs = nowMs + r
+	}
+	op := &commitWrite{resp: resp, reply: to}
+	var recs []*pb.Record
+	for ti, t := range req.GetTopics() {
+		for pi, p := range t.GetPartitions() {
+			if len(p.GetMetadata()) > g.cfg.OffsetMetadataMaxBytes {
+				resp.Topics[ti].Partitions[pi].ErrorCode = ErrOffsetMetadataTooLarge
+				continue
+			}
+			commitMs := p.GetCommitTimestampMs()
+			if commitMs <= 0 {
+				commitMs = nowMs
+			}
+			rec := &pb.OffsetRecord{
+				GroupId:           g.id,
+				Topic:             t.GetName(),
+				Partition:         p.GetPartition(),
+				Offset:            p.GetOffset(),
+				LeaderEpoch:       p.GetLeaderEpoch(),
+				Metadata:          p.GetMetadata(),
+				CommitTimestampMs: commitMs,
+				ExpireTimestampMs: expireMs,
+			}
+			recs = append(recs, &pb.Record{Kind: &pb.Record_Offset{Offset: rec}})
+			op.written = append(op.written, writtenOffset{ti, pi, rec})
+			g.pendingCommits[topicPartition{rec.Topic, rec.Partition}]++
+		}
+	}
+	if len(recs) == 0 {
+		fx.reply(to, resp)
+		return
+	}
+	g.persist(fx, op, recs...)
+}
+
+// validateCommit is Kafka's validateOffsetCommit for an existing group.
+func (g *Group) validateCommit(req *pb.OffsetCommitRequest) int32 {
+	if g.state == Dead {
+		return ErrCoordinatorNotAvailable
+	}
+	gen := req.GetGenerationId()
+	switch {
+	case gen < 0 && g.state == Empty:
+		return ErrNone // an admin or storage-only commit: no member check
+	case gen >= 0 || req.GetMemberId() != "" || req.GroupInstanceId != nil:
+		if code := g.validateMember(req.GetMemberId(), req.GroupInstanceId); code != ErrNone {
+			return code
+		}
+		if gen != g.generation {
+			return ErrIllegalGeneration
+		}
+	default:
+		return ErrUnknownMemberID
+	}
+	if g.state == CompletingRebalance {
+		return ErrRebalanceInProgress
+	}
+	return ErrNone
+}
+
+type writtenOffset struct {
+	topic, partition int
+	rec              *pb.OffsetRecord
+}
+
+type commitWrite struct {
+	resp    *pb.OffsetCommitResponse
+	reply   ReplyTo
+	written []writtenOffset
+}
+
+func (w *commitWrite) done(g *Group, now time.Time, err error, fx *Effects) {
+	code := offsetWriteError(err)
+	for _, o := range w.written {
+		tp := topicPartition{o.rec.Topic, o.rec.Partition}
+		if n := g.pendingCommits[tp] - 1; n > 0 {
+			g.pendingCommits[tp] = n
+		} else {
+			delete(g.pendingCommits, tp)
+		}
+		if err != nil {
+			w.resp.Topics[o.topic].Partitions[o.partition].ErrorCode = code
+			continue
+		}
+		if g.state != Dead {
+			g.offsets[tp] = offsetEntry{
+				offset:      o.rec.Offset,
+				leaderEpoch: o.rec.LeaderEpoch,
+				metadata:    o.rec.Metadata,
+				commitMs:    o.rec.CommitTimestampMs,
+				expireMs:    o.rec.ExpireTimestampMs,
+			}
+		}
+	}
+	fx.reply(w.reply, w.resp)
+}
+
+func (w *commitWrite) abandon(fx *Effects) {
+	for _, o := range w.written {
+		w.resp.Topics[o.topic].Partitions[o.partition].ErrorCode = ErrNotCoordinator
+	}
+	fx.reply(w.reply, w.resp)
+}
+
+// Fetch handles OffsetFetch for this group (stored offsets are returned in
+// any state).
+func (g *Group) Fetch(req *pb.OffsetFetchRequest) *pb.OffsetFetchResponse {
+	if g.state == Dead {
+		return AbsentFetch(req)
+	}
+	resp := &pb.OffsetFetchResponse{}
+	if req.GetAllTopics() {
+		tps := make([]topicPartition, 0, len(g.offsets))
+		for tp := range g.offsets {
+			tps = append(tps, tp)
+		}
+		slices.SortFunc(tps, func(a, b topicPartition) int {
+			return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+		})
+		var cur *pb.OffsetFetchTopic
+		for _, tp := range tps {
+			if cur == nil || cur.Name != tp.topic {
+				cur = &pb.OffsetFetchTopic{Name: tp.topic}
+				resp.Topics = append(resp.Topics, cur)
+			}
+			cur.Partitions = append(cur.Partitions, g.fetchOne(tp, req.GetRequireStable()))
+		}
+		return resp
+	}
+	for _, t := range req.GetTopics() {
+		ft := &pb.OffsetFetchTopic{Name: t.GetName(), Partitions: make([]*pb.OffsetFetchPartition, 0, len(t.GetPartitions()))}
+		for _, p := range t.GetPartitions() {
+			ft.Partitions = append(ft.Partitions, g.fetchOne(topicPartition{t.GetName(), p}, req.GetRequireStable()))
+		}
+		resp.Topics = append(resp.Topics, ft)
+	}
+	return resp
+}
+
+func (g *Group) fetchOne(tp topicPartition, requireStable bool) *pb.OffsetFetchPartition {
+	if requireStable && g.pendingCommits[tp] > 0 {
+		return &pb.OffsetFetchPartition{Partition: tp.partition, Offset: -1, LeaderEpoch: -1, ErrorCode: ErrUnstableOffsetCommit}
+	}
+	o, ok := g.offsets[tp]
+	if !ok {
+		return &pb.OffsetFetchPartition{Partition: tp.partition, Offset: -1, LeaderEpoch: -1}
+	}
+	return &pb.OffsetFetchPartition{Partition: tp.partition, Offset: o.offset, LeaderEpoch: o.leaderEpoch, Metadata: o.metadata}
+}
+
+// OffsetDelete handles OffsetDelete (KIP-496).
+func (g *Group) OffsetDelete(now time.Time, req *pb.OffsetDeleteRequest, to ReplyTo, fx *Effects) {
+	if g.state == Dead {
+		fx.reply(to, &pb.OffsetDeleteResponse{ErrorCode: ErrGroupIDNotFound})
+		return
+	}
+	if g.state != Empty && g.protocolType != "consumer" {
+		fx.reply(to, &pb.OffsetDeleteResponse{ErrorCode: ErrNonEmptyGroup})
+		return
+	}
+	resp := &pb.OffsetDeleteResponse{}
+	del := map[topicPartition]bool{}
+	for _, t := range req.GetTopics() {
+		te := &pb.TopicPartitionErrors{Name: t.GetName()}
+		code := ErrNone
+		if g.state != Empty {
+			if _, sub := g.subscribed[t.GetName()]; sub || !g.subscribedKnown {
+				code = ErrGroupSubscribedToTopic
+			}
+		}
+		for _, p := range t.GetPartitions() {
+			te.Partitions = append(te.Partitions, &pb.PartitionError{Partition: p, ErrorCode: code})
+			if code == ErrNone {
+				del[topicPartition{t.GetName(), p}] = true
+			}
+		}
+		resp.Topics = append(resp.Topics, te)
+	}
+	recs := g.offsetTombstones(func(tp topicPartition) bool { return del[tp] })
+	for tp := range del {
+		delete(g.offsets, tp)
+	}
+	if len(recs) == 0 {
+		fx.reply(to, resp)
+		return
+	}
+	g.persist(fx, &replyWrite{reply: to, msg: resp, onError: func(code int32) {
+		resp.ErrorCode = code
+		resp.Topics = nil
+	}}, recs...)
+}
+
+// offsetTombstones returns tombstones, in a stable order, for the stored
+// offsets that keep selects.
+func (g *Group) offsetTombstones(keep func(topicPartition) bool) []*pb.Record {
+	var tps []topicPartition
+	for tp := range g.offsets {
+		if keep(tp) {
+			tps = append(tps, tp)
+		}
+	}
+	slices.SortFunc(tps, func(a, b topicPartition) int {
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	recs := make([]*pb.Record, 0, len(tps))
+	for _, tp := range tps {
+		recs = append(recs, &pb.Record{Kind: &pb.Record_OffsetTombstone{OffsetTombstone: &pb.OffsetTombstone{GroupId: g.id, Topic: tp.topic, Partition: tp.partition}}})
+	}
+	return recs
+}
+
+// expireOffsets is the periodic retention check (KIP-211 rules). An Empty
+// group left without offsets dies.
+func (g *Group) expireOffsets(now time.Time, fx *Effects) {
+	if g.state == Dead {
+		return
+	}
+	nowMs := now.UnixMilli()
+	retention := g.cfg.OffsetsRetention.Milliseconds()
+	expired := func(tp topicPartition) bool {
+		if g.pendingCommits[tp] > 0 {
+			return false
+		}
+		o := g.offsets[tp]
+		if o.expireMs >= 0 {
+			return nowMs >= o.expireMs
+		}
+		switch {
+		case g.protocolType != "" && g.state == Empty:
+			return nowMs-g.stateTime.UnixMilli() >= retention
+		case g.protocolType == "consumer" && g.state == Stable && g.subscribedKnown:
+			_, sub := g.subscribed[tp.topic]
+			return !sub && nowMs-o.commitMs >= retention
+		case g.protocolType == "":
+			return nowMs-o.commitMs >= retention
+		}
+		return false
+	}
+	recs := g.offsetTombstones(expired)
+	for _, r := range recs {
+		t := r.GetOffsetTombstone()
+		delete(g.offsets, topicPartition{t.Topic, t.Partition})
+	}
+	if g.state == Empty && len(g.offsets) == 0 && len(g.pendingCommits) == 0 && len(g.pending) == 0 {
+		recs = append(recs, &pb.Record{Kind: &pb.Record_GroupTombstone{GroupTombstone: &pb.GroupTombstone{GroupId: g.id}}})
+		g.die(now, fx)
+	}
+	if len(recs) > 0 {
+		g.persist(fx, &replyWrite{}, recs...)
+	}
+}
