@@ -1,0 +1,69 @@
+// Package assignor implements Kafka's consumer partition assignors ("range",
+// "roundrobin", "sticky", "cooperative-sticky") and the ConsumerProtocol
+// subscription and assignment codecs (versions 0-3, newer versions read
+// through their version 3 prefix).
+//
+// # Interface
+//
+// A [Balancer] is the strategy a member library advertises in JoinGroup and
+// the leader runs after it: its protocol name, the rebalance protocols it
+// supports (EAGER, COOPERATIVE), the subscription metadata a member sends, and
+// Balance, which maps decoded member subscriptions and topic partition counts
+// to per-member assignments. Balance is deterministic: it depends neither on
+// the order of the members given nor on map iteration order.
+//
+// # Common model
+//
+// Members are ordered as Kafka orders them: static members (with a
+// group.instance.id) first by instance id, then dynamic members by member id.
+// Subscribed topics that are unknown or have no partitions are skipped.
+// Internally a call works on dense integers: members 0..M-1 in that order,
+// topics 0..T-1 in name order, and partition p of topic t at global index
+// base[t]+p, so partitions 0..P-1 are in (topic, partition) order. Members
+// with the same topic list share one resolved subscription, so string work is
+// proportional to the number of distinct lists. No hot loop uses maps keyed
+// by topic-partition, and no loop runs over partitions times members.
+//
+// # Algorithms and cost
+//
+// Range: for each topic, its c subscribers in member order get contiguous
+// ranges of n/c partitions, the first n%c one more (identical to Kafka's
+// RangeAssignor). O(P + sum of subscription sizes). With replica racks
+// (KIP-881), topics with the same subscribers and partition count stay
+// co-partitioned, per-topic quotas are unchanged, and a first pass prefers
+// rack-matching partition indices.
+//
+// Roundrobin: partitions in (topic, partition) order are dealt by one
+// circular member iterator that skips members not subscribed to the topic
+// (identical to Kafka's RoundRobinAssignor). Skipping uses a binary search in
+// each topic's subscriber list: O(P + T log M + sum of subscription sizes).
+//
+// Sticky and cooperative-sticky share one engine. Owned partitions come from
+// the sticky userData (eager "sticky") or from the subscription's owned
+// partitions and generation (cooperative). A partition claimed by several
+// members goes to the claim with the highest generation; a tie at the highest
+// generation invalidates it for all of its claimants; a missing generation
+// counts as -1, the lowest. Then:
+//
+//   - uniform subscriptions: quota assignment (minQ = P/M, E = P%M members get
+//     one more). Members keep up to their quota, preferring the lowest
+//     partition numbers across topics so revocations spread over topics; the
+//     rest is dealt round-robin. The result has max-min <= 1 and keeps the
+//     optimal number of owned partitions
+//     K* = sum(min(owned_i, minQ)) + min(E, #{i: owned_i > minQ}).
+//     O(P + M*T) plus linear-time selection for members over quota.
+//   - differing subscriptions: keep owned partitions still subscribed, give
+//     unassigned partitions to the least-loaded subscriber (a heap per topic,
+//     topics with fewer subscribers first), then move partitions from the
+//     most-loaded holder to the least-loaded subscriber of each topic until
+//     no member holds a partition of a topic that a member with two fewer
+//     partitions subscribes to (Kafka's balance criterion).
+//     O(P log M + sum of subscription sizes) per repair pass.
+//
+// Cooperative-sticky then removes from the plan every partition that would
+// move from a current owner to a new one (and every partition with a tied
+// claim): the owner revokes it, and the follow-up rebalance assigns it. With
+// replica racks, the uniform path prefers rack-matching owned partitions when
+// a member must give some up and fills free partitions to rack-matching
+// members first.
+package assignor
