@@ -67,7 +67,7 @@ func TestSubscriptionVectors(t *testing.T) {
 
 func TestSubscriptionFutureVersion(t *testing.T) {
 	b := unhex(t, vecSubV3)
-	b[1] = 100              // version 100
+	b[1] = 100             // version 100
 	b = append(b, 1, 2, 3) // unknown trailing fields
 	got, err := DecodeSubscription(b)
 	if err != nil {
