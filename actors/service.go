@@ -1,0 +1,89 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cohort-coord/cohort/coordinator"
+)
+
+// ErrTimeout is returned by Call when no answer came in time.
+var ErrTimeout = errors.New("actors: request timed out")
+
+// DefaultCallTimeout bounds a Call whose context has no deadline.
+const DefaultCallTimeout = 30 * time.Second
+
+// Options configure a Service.
+type Options struct {
+	Config coordinator.Config
+	Store  Store        // default: a new MemoryStore
+	Clock  Clock        // default: SystemClock
+	Logger *slog.Logger // default: slog.Default()
+}
+
+// Service is the group coordinator running on an actor system: the groups
+// actor and its group actors.
+type Service struct {
+	system *actor.ActorSystem
+	router *actor.PID
+}
+
+// Start spawns the groups actor under RouterName on system.
+func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger}
+	if e.store == nil {
+		e.store = NewMemoryStore()
+	}
+	if e.clock == nil {
+		e.clock = SystemClock{}
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	pid, err := system.Root.SpawnNamed(actor.PropsFromProducer(newGroupsActor(e)), RouterName)
+	if err != nil {
+		return nil, fmt.Errorf("spawn %s actor: %w", RouterName, err)
+	}
+	return &Service{system: system, router: pid}, nil
+}
+
+// Router returns the PID of the groups actor.
+func (s *Service) Router() *actor.PID { return s.router }
+
+// Call sends a native group request (*grouppb.JoinGroupRequest, ...) and
+// waits for its answer until ctx's deadline (DefaultCallTimeout without one).
+func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, error) {
+	timeout := DefaultCallTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+		if timeout <= 0 {
+			return nil, ErrTimeout
+		}
+	}
+	res, err := s.system.Root.RequestFuture(s.router, req, timeout).Result()
+	if err != nil {
+		if errors.Is(err, actor.ErrTimeout) {
+			return nil, ErrTimeout
+		}
+		return nil, err
+	}
+	msg, ok := res.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("actors: unexpected answer %T", res)
+	}
+	return msg, nil
+}
+
+// Stop stops the groups actor and its group actors.
+func (s *Service) Stop() {
+	_ = s.system.Root.StopFuture(s.router).Wait()
+}
