@@ -265,6 +265,9 @@ func (c *conn) enqueue(h header, fn func(context.Context) kmsg.Response) error {
 		defer close(p.done)
 		defer func() {
 			if v := recover(); v != nil {
+				if c.l.onPanic != nil {
+					c.l.onPanic(v)
+				}
 				c.l.bad.Add(1)
 				c.l.log.Error("request handler panicked; closing connection",
 					"api", kmsg.NameForKey(h.key), "version", h.version, "panic", v, "stack", string(debug.Stack()))

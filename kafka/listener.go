@@ -105,6 +105,8 @@ type Listener struct {
 
 	// onJoin, when set (tests), observes every JoinGroup version received.
 	onJoin func(clientID string, version int16)
+	// onPanic, when set (tests), observes recovered handler panics.
+	onPanic func(v any)
 }
 
 const (

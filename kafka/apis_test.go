@@ -1,0 +1,318 @@
+package kafka
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// sampleRequest builds a valid request of every served API for the walk test.
+func sampleRequest(key, v int16) kmsg.Request {
+	str := kmsg.StringPtr
+	switch key {
+	case 0:
+		r := kmsg.NewPtrProduceRequest()
+		r.Acks = 1
+		t := kmsg.NewProduceRequestTopic()
+		t.Topic = "t"
+		p := kmsg.NewProduceRequestTopicPartition()
+		t.Partitions = append(t.Partitions, p)
+		r.Topics = append(r.Topics, t)
+		return r
+	case 1:
+		r := kmsg.NewPtrFetchRequest()
+		r.MaxWaitMillis = 1
+		t := kmsg.NewFetchRequestTopic()
+		t.Topic = "t"
+		p := kmsg.NewFetchRequestTopicPartition()
+		p.FetchOffset = 5
+		t.Partitions = append(t.Partitions, p)
+		r.Topics = append(r.Topics, t)
+		return r
+	case 2:
+		r := kmsg.NewPtrListOffsetsRequest()
+		t := kmsg.NewListOffsetsRequestTopic()
+		t.Topic = "t"
+		p := kmsg.NewListOffsetsRequestTopicPartition()
+		p.Timestamp = -1
+		t.Partitions = append(t.Partitions, p)
+		r.Topics = append(r.Topics, t)
+		return r
+	case 3:
+		r := kmsg.NewPtrMetadataRequest()
+		for _, n := range []string{"t", fmt.Sprintf("auto-%d", v)} {
+			t := kmsg.NewMetadataRequestTopic()
+			t.Topic = str(n)
+			r.Topics = append(r.Topics, t)
+		}
+		r.AllowAutoTopicCreation = true
+		return r
+	case 8:
+		r := kmsg.NewPtrOffsetCommitRequest()
+		r.Group, r.MemberID = "g", "m-1"
+		t := kmsg.NewOffsetCommitRequestTopic()
+		t.Topic = "t"
+		for _, part := range []int32{0, 99} {
+			p := kmsg.NewOffsetCommitRequestTopicPartition()
+			p.Partition, p.Offset = part, 10
+			t.Partitions = append(t.Partitions, p)
+		}
+		r.Topics = append(r.Topics, t)
+		return r
+	case 9:
+		r := kmsg.NewPtrOffsetFetchRequest()
+		if v >= 8 {
+			g := kmsg.NewOffsetFetchRequestGroup()
+			g.Group = "g"
+			t := kmsg.NewOffsetFetchRequestGroupTopic()
+			t.Topic, t.Partitions = "t", []int32{0}
+			g.Topics = append(g.Topics, t)
+			r.Groups = append(r.Groups, g)
+			return r
+		}
+		r.Group = "g"
+		t := kmsg.NewOffsetFetchRequestTopic()
+		t.Topic, t.Partitions = "t", []int32{0}
+		r.Topics = append(r.Topics, t)
+		return r
+	case 10:
+		r := kmsg.NewPtrFindCoordinatorRequest()
+		r.CoordinatorKey = "g"
+		r.CoordinatorKeys = []string{"g", "h"}
+		return r
+	case 11:
+		r := kmsg.NewPtrJoinGroupRequest()
+		r.Group, r.SessionTimeoutMillis, r.RebalanceTimeoutMillis, r.ProtocolType = "g", 10000, 10000, "consumer"
+		p := kmsg.NewJoinGroupRequestProtocol()
+		p.Name, p.Metadata = "range", []byte{0, 1}
+		r.Protocols = append(r.Protocols, p)
+		return r
+	case 12:
+		r := kmsg.NewPtrHeartbeatRequest()
+		r.Group, r.Generation, r.MemberID = "g", 1, "m-1"
+		return r
+	case 13:
+		r := kmsg.NewPtrLeaveGroupRequest()
+		r.Group, r.MemberID = "g", "m-1"
+		m := kmsg.NewLeaveGroupRequestMember()
+		m.MemberID = "m-1"
+		r.Members = append(r.Members, m)
+		return r
+	case 14:
+		r := kmsg.NewPtrSyncGroupRequest()
+		r.Group, r.Generation, r.MemberID = "g", 1, "m-1"
+		r.ProtocolType, r.Protocol = str("consumer"), str("range")
+		return r
+	case 15:
+		r := kmsg.NewPtrDescribeGroupsRequest()
+		r.Groups = []string{"g"}
+		return r
+	case 16:
+		return kmsg.NewPtrListGroupsRequest()
+	case 18:
+		r := kmsg.NewPtrApiVersionsRequest()
+		r.ClientSoftwareName, r.ClientSoftwareVersion = "test", "1"
+		return r
+	case 19:
+		r := kmsg.NewPtrCreateTopicsRequest()
+		t := kmsg.NewCreateTopicsRequestTopic()
+		t.Topic, t.NumPartitions, t.ReplicationFactor = fmt.Sprintf("ct-%d", v), 2, 1
+		r.Topics = append(r.Topics, t)
+		return r
+	case 20:
+		r := kmsg.NewPtrDeleteTopicsRequest()
+		name := fmt.Sprintf("ct-%d", v)
+		r.TopicNames = []string{name}
+		t := kmsg.NewDeleteTopicsRequestTopic()
+		t.Topic = str(name)
+		r.Topics = append(r.Topics, t)
+		return r
+	case 42:
+		r := kmsg.NewPtrDeleteGroupsRequest()
+		r.Groups = []string{"g"}
+		return r
+	case 47:
+		r := kmsg.NewPtrOffsetDeleteRequest()
+		r.Group = "g"
+		t := kmsg.NewOffsetDeleteRequestTopic()
+		t.Topic = "t"
+		t.Partitions = append(t.Partitions, kmsg.NewOffsetDeleteRequestTopicPartition())
+		r.Topics = append(r.Topics, t)
+		return r
+	}
+	return nil
+}
+
+// TestWalkAdvertisedVersions sends every API at every version ApiVersions
+// advertises and decodes the answer with kmsg at that version.
+func TestWalkAdvertisedVersions(t *testing.T) {
+	s := startServer(t, nil, nil)
+	c := dial(t, s.l.Addr())
+	av := c.do(&kmsg.ApiVersionsRequest{Version: 3}).(*kmsg.ApiVersionsResponse)
+	if av.ErrorCode != 0 || len(av.ApiKeys) != 18 {
+		t.Fatalf("ApiVersions: error %d, %d keys", av.ErrorCode, len(av.ApiKeys))
+	}
+	walked := 0
+	for _, k := range av.ApiKeys {
+		for v := k.MinVersion; v <= k.MaxVersion; v++ {
+			req := sampleRequest(k.ApiKey, v)
+			if req == nil {
+				t.Fatalf("no sample for advertised api %d", k.ApiKey)
+			}
+			req.SetVersion(v)
+			resp := c.do(req)
+			checkAnswer(t, k.ApiKey, v, resp)
+			walked++
+		}
+	}
+	if walked < 120 {
+		t.Fatalf("walked only %d api versions", walked)
+	}
+}
+
+func checkAnswer(t *testing.T, key, v int16, resp kmsg.Response) {
+	t.Helper()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Errorf("%s v%d: %s", kmsg.NameForKey(key), v, fmt.Sprintf(format, args...))
+	}
+	switch r := resp.(type) {
+	case *kmsg.ProduceResponse:
+		if len(r.Topics) != 1 || r.Topics[0].Partitions[0].ErrorCode != errInvalidRequest {
+			fail("want INVALID_REQUEST, got %+v", r.Topics)
+		}
+	case *kmsg.FetchResponse:
+		p := r.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || p.HighWatermark != 5 || len(p.RecordBatches) != 0 {
+			fail("partition %+v", p)
+		}
+	case *kmsg.ListOffsetsResponse:
+		p := r.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || (v == 0 && (len(p.OldStyleOffsets) != 1 || p.OldStyleOffsets[0] != 0)) || (v > 0 && p.Offset != 0) {
+			fail("partition %+v", p)
+		}
+	case *kmsg.MetadataResponse:
+		if len(r.Brokers) != 1 || r.Brokers[0].NodeID != 1 || len(r.Topics) != 2 {
+			fail("brokers %+v topics %d", r.Brokers, len(r.Topics))
+			return
+		}
+		if r.Topics[0].ErrorCode != 0 || len(r.Topics[0].Partitions) != 3 || r.Topics[1].ErrorCode != 0 || len(r.Topics[1].Partitions) != 1 {
+			fail("topics %+v", r.Topics)
+		}
+	case *kmsg.OffsetCommitResponse:
+		ps := r.Topics[0].Partitions
+		if len(ps) != 2 || ps[0].ErrorCode != 0 || ps[1].ErrorCode != errUnknownTopicOrPartition {
+			fail("partitions %+v", ps)
+		}
+	case *kmsg.OffsetFetchResponse:
+		var off int64
+		if v >= 8 {
+			off = r.Groups[0].Topics[0].Partitions[0].Offset
+		} else {
+			off = r.Topics[0].Partitions[0].Offset
+		}
+		if off != 7 {
+			fail("offset %d", off)
+		}
+	case *kmsg.FindCoordinatorResponse:
+		if v >= 4 {
+			if len(r.Coordinators) != 2 || r.Coordinators[1].Key != "h" || r.Coordinators[1].NodeID != 1 {
+				fail("coordinators %+v", r.Coordinators)
+			}
+		} else if r.ErrorCode != 0 || r.NodeID != 1 || r.Host != "127.0.0.1" {
+			fail("%+v", r)
+		}
+	case *kmsg.JoinGroupResponse:
+		if r.ErrorCode != 0 || r.Generation != 1 || r.MemberID != "m-1" {
+			fail("%+v", r)
+		}
+	case *kmsg.HeartbeatResponse:
+		if r.ErrorCode != 0 {
+			fail("error %d", r.ErrorCode)
+		}
+	case *kmsg.LeaveGroupResponse:
+		if r.ErrorCode != 0 || (v >= 3 && len(r.Members) != 1) {
+			fail("%+v", r)
+		}
+	case *kmsg.SyncGroupResponse:
+		if r.ErrorCode != 0 || len(r.MemberAssignment) != 2 {
+			fail("%+v", r)
+		}
+	case *kmsg.DescribeGroupsResponse:
+		if len(r.Groups) != 1 || r.Groups[0].State != "Stable" || len(r.Groups[0].Members) != 1 {
+			fail("%+v", r.Groups)
+		}
+		if gen, ok := GenerationFromTags(r.Groups[0].UnknownTags); v >= 5 && (!ok || gen != 4) {
+			fail("generation tag %d %v", gen, ok)
+		}
+	case *kmsg.ListGroupsResponse:
+		if len(r.Groups) != 1 || r.Groups[0].Group != "g" {
+			fail("%+v", r.Groups)
+		}
+	case *kmsg.ApiVersionsResponse:
+		if r.ErrorCode != 0 || len(r.ApiKeys) != 18 {
+			fail("%d keys", len(r.ApiKeys))
+		}
+	case *kmsg.CreateTopicsResponse:
+		if r.Topics[0].ErrorCode != 0 {
+			fail("%+v", r.Topics)
+		}
+	case *kmsg.DeleteTopicsResponse:
+		if r.Topics[0].ErrorCode != 0 {
+			fail("%+v", r.Topics)
+		}
+	case *kmsg.DeleteGroupsResponse:
+		if len(r.Groups) != 1 || r.Groups[0].ErrorCode != 0 {
+			fail("%+v", r.Groups)
+		}
+	case *kmsg.OffsetDeleteResponse:
+		if r.ErrorCode != 0 || r.Topics[0].Partitions[0].ErrorCode != 0 {
+			fail("%+v", r)
+		}
+	default:
+		fail("unexpected %T", resp)
+	}
+}
+
+func TestApiVersionsUnsupportedVersionFallsBackToV0(t *testing.T) {
+	s := startServer(t, nil, nil)
+	c := dial(t, s.l.Addr())
+	// The answer to an unknown ApiVersions version is a v0 answer.
+	corr := c.send(&kmsg.ApiVersionsRequest{Version: 4})
+	resp, err := c.recv(&kmsg.ApiVersionsRequest{Version: 0}, corr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := resp.(*kmsg.ApiVersionsResponse)
+	if r.ErrorCode != errUnsupportedVersion || len(r.ApiKeys) != 18 {
+		t.Fatalf("error %d, %d keys", r.ErrorCode, len(r.ApiKeys))
+	}
+	// The connection stays usable.
+	if r := c.do(&kmsg.ApiVersionsRequest{Version: 0}).(*kmsg.ApiVersionsResponse); r.ErrorCode != 0 {
+		t.Fatalf("error %d", r.ErrorCode)
+	}
+}
+
+func TestUnsupportedVersionAndAPI(t *testing.T) {
+	s := startServer(t, nil, nil)
+	c := dial(t, s.l.Addr())
+	// Fetch v13 is beyond what we serve: UNSUPPORTED_VERSION at top level.
+	f := sampleRequest(1, 13)
+	f.SetVersion(13)
+	if r := c.do(f).(*kmsg.FetchResponse); r.ErrorCode != errUnsupportedVersion {
+		t.Fatalf("fetch v13: error %d", r.ErrorCode)
+	}
+	// InitProducerID is not served at all.
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.SetVersion(1)
+	if r := c.do(ip).(*kmsg.InitProducerIDResponse); r.ErrorCode != errUnsupportedVersion {
+		t.Fatalf("init producer id: error %d", r.ErrorCode)
+	}
+	if s.l.Stats().UnsupportedVersions != 2 || s.l.Stats().BadConnections != 0 {
+		t.Fatalf("stats %+v", s.l.Stats())
+	}
+	if r := c.do(&kmsg.ApiVersionsRequest{Version: 3}).(*kmsg.ApiVersionsResponse); r.ErrorCode != 0 {
+		t.Fatal("connection unusable after UNSUPPORTED_VERSION")
+	}
+}

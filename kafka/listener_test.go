@@ -1,0 +1,402 @@
+package kafka
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/proto"
+
+	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+func TestJoinGroupTranslation(t *testing.T) {
+	s := startServer(t, nil, nil)
+	c := dial(t, s.l.Addr())
+
+	// v0: no rebalance timeout on the wire; the session timeout bounds the call.
+	j := sampleRequest(11, 0).(*kmsg.JoinGroupRequest)
+	j.SetVersion(0)
+	j.SessionTimeoutMillis = 6000
+	if r := c.do(j).(*kmsg.JoinGroupResponse); r.ErrorCode != 0 || r.Protocol == nil || *r.Protocol != "range" {
+		t.Fatalf("v0 answer %+v", r)
+	}
+	n := s.groups.last().(*grouppb.JoinGroupRequest)
+	if n.ApiVersion != 0 || n.SessionTimeoutMs != 6000 || n.ClientHost != "/127.0.0.1" || n.ClientId != "test-client" || n.GroupInstanceId != nil {
+		t.Fatalf("native %+v", n)
+	}
+
+	// v5: instance id travels; v8 reason travels.
+	j = sampleRequest(11, 8).(*kmsg.JoinGroupRequest)
+	j.SetVersion(8)
+	j.InstanceID, j.Reason = kmsg.StringPtr("i-1"), kmsg.StringPtr("why")
+	c.do(j)
+	n = s.groups.last().(*grouppb.JoinGroupRequest)
+	if n.GetGroupInstanceId() != "i-1" || n.GetReason() != "why" || n.ApiVersion != 8 || n.RebalanceTimeoutMs != 10000 || len(n.Protocols) != 1 {
+		t.Fatalf("native %+v", n)
+	}
+}
+
+func TestSyncGroupV5NullProtocolIsInconsistent(t *testing.T) {
+	s := startServer(t, nil, nil)
+	c := dial(t, s.l.Addr())
+	sg := sampleRequest(14, 5).(*kmsg.SyncGroupRequest)
+	sg.SetVersion(5)
+	sg.Protocol = nil
+	if r := c.do(sg).(*kmsg.SyncGroupResponse); r.ErrorCode != errInconsistentGroupProtocol {
+		t.Fatalf("error %d", r.ErrorCode)
+	}
+	if s.groups.count() != 0 {
+		t.Fatal("request reached the group core")
+	}
+	// v4 has no protocol fields: null is fine.
+	sg.SetVersion(4)
+	if r := c.do(sg).(*kmsg.SyncGroupResponse); r.ErrorCode != 0 {
+		t.Fatalf("v4 error %d", r.ErrorCode)
+	}
+}
+
+func TestLeaveGroupOldVersionsAnswerTheMemberError(t *testing.T) {
+	fg := &fakeGroups{fn: func(_ context.Context, req proto.Message) (proto.Message, error) {
+		return &grouppb.LeaveGroupResponse{Members: []*grouppb.LeaveGroupMemberResponse{{MemberId: "m-1", ErrorCode: 25}}}, nil
+	}}
+	s := startServer(t, fg, nil)
+	c := dial(t, s.l.Addr())
+	for v := int16(0); v <= 5; v++ {
+		lg := sampleRequest(13, v).(*kmsg.LeaveGroupRequest)
+		lg.SetVersion(v)
+		r := c.do(lg).(*kmsg.LeaveGroupResponse)
+		if v < 3 && r.ErrorCode != 25 {
+			t.Fatalf("v%d: top-level %d, want the member's 25", v, r.ErrorCode)
+		}
+		if v >= 3 && (r.ErrorCode != 0 || len(r.Members) != 1 || r.Members[0].ErrorCode != 25) {
+			t.Fatalf("v%d: %+v", v, r)
+		}
+	}
+	if n := fg.last().(*grouppb.LeaveGroupRequest); len(n.Members) != 1 || n.Members[0].MemberId != "m-1" {
+		t.Fatalf("native %+v", n)
+	}
+}
+
+func TestOffsetCommitUnknownPartitionsNeverReachTheCore(t *testing.T) {
+	s := startServer(t, nil, nil)
+	c := dial(t, s.l.Addr())
+	oc := kmsg.NewPtrOffsetCommitRequest()
+	oc.SetVersion(2)
+	oc.Group, oc.Generation, oc.MemberID, oc.RetentionTimeMillis = "g", 3, "m", 60000
+	for _, tn := range []string{"nope", "t"} {
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = tn
+		for _, p := range []int32{2, 3} {
+			rp := kmsg.NewOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.Metadata = p, 42, kmsg.StringPtr("md")
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		oc.Topics = append(oc.Topics, rt)
+	}
+	r := c.do(oc).(*kmsg.OffsetCommitResponse)
+	want := [][]int16{{3, 3}, {0, 3}}
+	for i, rt := range r.Topics {
+		for j, p := range rt.Partitions {
+			if p.ErrorCode != want[i][j] {
+				t.Fatalf("%s/%d: error %d, want %d", rt.Topic, p.Partition, p.ErrorCode, want[i][j])
+			}
+		}
+	}
+	n := s.groups.last().(*grouppb.OffsetCommitRequest)
+	if len(n.Topics) != 1 || n.Topics[0].Name != "t" || len(n.Topics[0].Partitions) != 1 || n.Topics[0].Partitions[0].Partition != 2 ||
+		n.RetentionTimeMs != 60000 || n.GenerationId != 3 || n.Topics[0].Partitions[0].GetMetadata() != "md" || n.Topics[0].Partitions[0].LeaderEpoch != -1 {
+		t.Fatalf("native %+v", n)
+	}
+
+	// Only unknown partitions: no call at all.
+	before := s.groups.count()
+	oc.Topics = oc.Topics[:1]
+	c.do(oc)
+	if s.groups.count() != before {
+		t.Fatal("call made for unknown partitions only")
+	}
+}
+
+func TestCallErrorsBecomeRetriableCodes(t *testing.T) {
+	fg := &fakeGroups{fn: func(ctx context.Context, req proto.Message) (proto.Message, error) {
+		return nil, errors.New("coordinator unavailable")
+	}}
+	s := startServer(t, fg, nil)
+	c := dial(t, s.l.Addr())
+	for _, k := range []int16{8, 9, 11, 12, 13, 14, 15, 16, 42, 47} {
+		for _, v := range []int16{0, 1, 2} {
+			if k == 47 && v > 0 {
+				continue
+			}
+			req := sampleRequest(k, v)
+			req.SetVersion(v)
+			code := int16(-2)
+			switch r := c.do(req).(type) {
+			case *kmsg.OffsetCommitResponse:
+				code = r.Topics[0].Partitions[0].ErrorCode
+			case *kmsg.OffsetFetchResponse:
+				if v >= 2 {
+					code = r.ErrorCode
+				} else {
+					code = r.Topics[0].Partitions[0].ErrorCode
+				}
+			case *kmsg.JoinGroupResponse:
+				code = r.ErrorCode
+				if r.Generation != -1 {
+					t.Fatalf("join generation %d", r.Generation)
+				}
+			case *kmsg.HeartbeatResponse:
+				code = r.ErrorCode
+			case *kmsg.LeaveGroupResponse:
+				code = r.ErrorCode
+			case *kmsg.SyncGroupResponse:
+				code = r.ErrorCode
+			case *kmsg.DescribeGroupsResponse:
+				code = r.Groups[0].ErrorCode
+			case *kmsg.ListGroupsResponse:
+				code = r.ErrorCode
+			case *kmsg.DeleteGroupsResponse:
+				code = r.Groups[0].ErrorCode
+			case *kmsg.OffsetDeleteResponse:
+				code = r.ErrorCode
+			}
+			if code != errCoordinatorNotAvailable {
+				t.Fatalf("%s v%d: error %d, want COORDINATOR_NOT_AVAILABLE", kmsg.NameForKey(k), v, code)
+			}
+		}
+	}
+	if s.l.Stats().CallErrors == 0 || s.l.Stats().BadConnections != 0 {
+		t.Fatalf("stats %+v", s.l.Stats())
+	}
+}
+
+func TestJoinGroupDeadlineIsRebalanceTimeoutPlusMargin(t *testing.T) {
+	got := make(chan time.Duration, 1)
+	fg := &fakeGroups{fn: func(ctx context.Context, req proto.Message) (proto.Message, error) {
+		d, _ := ctx.Deadline()
+		got <- time.Until(d)
+		return emptyAnswer(req), nil
+	}}
+	s := startServer(t, fg, nil)
+	c := dial(t, s.l.Addr())
+	j := sampleRequest(11, 4).(*kmsg.JoinGroupRequest)
+	j.SetVersion(4)
+	j.RebalanceTimeoutMillis = 120000
+	c.do(j)
+	if d := <-got; d < 120*time.Second || d > 120*time.Second+parkMargin {
+		t.Fatalf("deadline in %v", d)
+	}
+	// A SyncGroup on the same connection gets the same bound.
+	sg := sampleRequest(14, 4)
+	sg.SetVersion(4)
+	c.do(sg)
+	if d := <-got; d < 120*time.Second || d > 120*time.Second+parkMargin {
+		t.Fatalf("sync deadline in %v", d)
+	}
+}
+
+func TestOffsetFetchMultiGroup(t *testing.T) {
+	s := startServer(t, nil, nil)
+	c := dial(t, s.l.Addr())
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.SetVersion(8)
+	for _, g := range []string{"a", "b", "c"} {
+		rg := kmsg.NewOffsetFetchRequestGroup()
+		rg.Group = g
+		if g != "c" { // c asks for all topics
+			rt := kmsg.NewOffsetFetchRequestGroupTopic()
+			rt.Topic, rt.Partitions = "t", []int32{0, 1}
+			rg.Topics = append(rg.Topics, rt)
+		}
+		of.Groups = append(of.Groups, rg)
+	}
+	r := c.do(of).(*kmsg.OffsetFetchResponse)
+	if len(r.Groups) != 3 || r.Groups[0].Group != "a" || r.Groups[2].Group != "c" || len(r.Groups[1].Topics[0].Partitions) != 2 || len(r.Groups[2].Topics) != 0 {
+		t.Fatalf("%+v", r.Groups)
+	}
+	if s.groups.count() != 3 {
+		t.Fatalf("%d calls", s.groups.count())
+	}
+	var all int
+	s.groups.mu.Lock()
+	for _, m := range s.groups.reqs {
+		if m.(*grouppb.OffsetFetchRequest).AllTopics {
+			all++
+		}
+	}
+	s.groups.mu.Unlock()
+	if all != 1 {
+		t.Fatalf("%d all-topics requests", all)
+	}
+}
+
+func TestMetadataAutoCreate(t *testing.T) {
+	s := startServer(t, nil, func(c *Config) { c.DefaultPartitions = 4 })
+	c := dial(t, s.l.Addr())
+	md := sampleRequest(3, 4).(*kmsg.MetadataRequest)
+	md.SetVersion(4)
+	md.AllowAutoTopicCreation = false
+	r := c.do(md).(*kmsg.MetadataResponse)
+	if r.Topics[1].ErrorCode != errUnknownTopicOrPartition {
+		t.Fatalf("no auto-create: %+v", r.Topics[1])
+	}
+	md.AllowAutoTopicCreation = true
+	r = c.do(md).(*kmsg.MetadataResponse)
+	if r.Topics[1].ErrorCode != 0 || len(r.Topics[1].Partitions) != 4 {
+		t.Fatalf("auto-create: %+v", r.Topics[1])
+	}
+	// Disabled in the config: never created.
+	s2 := startServer(t, nil, func(c *Config) { c.AutoCreateTopics = false })
+	c2 := dial(t, s2.l.Addr())
+	md.SetVersion(1)
+	r = c2.do(md).(*kmsg.MetadataResponse)
+	if r.Topics[1].ErrorCode != errUnknownTopicOrPartition {
+		t.Fatalf("disabled: %+v", r.Topics[1])
+	}
+	// All topics (null list).
+	md.Topics = nil
+	if r = c2.do(md).(*kmsg.MetadataResponse); len(r.Topics) != 1 || *r.Topics[0].Topic != "t" {
+		t.Fatalf("all topics: %+v", r.Topics)
+	}
+}
+
+func TestCoordinatorFunc(t *testing.T) {
+	s := startServer(t, nil, func(c *Config) {
+		c.Coordinator = func(key string) (Broker, int16) {
+			if key == "none" {
+				return Broker{}, errCoordinatorNotAvailable
+			}
+			return Broker{NodeID: 7, Host: "leader", Port: 9999}, 0
+		}
+	})
+	c := dial(t, s.l.Addr())
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.SetVersion(4)
+	fc.CoordinatorKeys = []string{"g", "none"}
+	r := c.do(fc).(*kmsg.FindCoordinatorResponse)
+	if r.Coordinators[0].NodeID != 7 || r.Coordinators[0].Host != "leader" || r.Coordinators[1].ErrorCode != errCoordinatorNotAvailable {
+		t.Fatalf("%+v", r.Coordinators)
+	}
+}
+
+// TestPipelining sends many requests at once: a slow first request must not
+// keep later ones from being processed, and answers come back in order.
+func TestPipelining(t *testing.T) {
+	const n = 40
+	release := make(chan struct{})
+	var fast atomic.Int32
+	fg := &fakeGroups{fn: func(ctx context.Context, req proto.Message) (proto.Message, error) {
+		hb := req.(*grouppb.HeartbeatRequest)
+		if hb.MemberId == "slow" {
+			// Held until every later request has been processed: only
+			// possible if they are processed while this one is pending.
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		} else if fast.Add(1) == n-1 {
+			close(release)
+		}
+		return &grouppb.HeartbeatResponse{ErrorCode: hb.GenerationId}, nil
+	}}
+	s := startServer(t, fg, nil)
+	c := dial(t, s.l.Addr())
+	var corrs []int32
+	start := time.Now()
+	for i := range n {
+		hb := kmsg.NewPtrHeartbeatRequest()
+		hb.SetVersion(int16(i % 5))
+		hb.Group, hb.Generation, hb.MemberID = "g", int32(i), "fast"
+		if i == 0 {
+			hb.MemberID = "slow"
+		}
+		corrs = append(corrs, c.send(hb))
+	}
+	for i, corr := range corrs {
+		hb := kmsg.NewPtrHeartbeatRequest()
+		hb.SetVersion(int16(i % 5))
+		resp, err := c.recv(hb, corr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := resp.(*kmsg.HeartbeatResponse).ErrorCode; code != int16(i) {
+			t.Fatalf("answer %d carries %d", i, code)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v: requests were not processed concurrently", d)
+	}
+}
+
+func TestBadInputClosesOnlyThatConnection(t *testing.T) {
+	s := startServer(t, nil, func(c *Config) { c.MaxRequestBytes = 1 << 16 })
+	good := dial(t, s.l.Addr())
+	cases := map[string][]byte{
+		"garbage":    []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+		"oversized":  binary.BigEndian.AppendUint32(nil, 1<<20),
+		"negative":   binary.BigEndian.AppendUint32(nil, 0xffffffff),
+		"short":      {0, 0, 0, 2, 0, 18},
+		"unknownKey": append(frame(0x7f00, 0, 1), 1, 2, 3),
+		"badBody":    append(frame(11, 5, 1), 0xff, 0xff, 0xff),
+		"badClient":  {0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 1, 0x7f, 0xff},
+	}
+	n := 0
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := dial(t, s.l.Addr())
+			if _, err := c.nc.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			c.expectClosed()
+			n++
+		})
+		// The other connection still works.
+		if r := good.do(&kmsg.ApiVersionsRequest{Version: 3}).(*kmsg.ApiVersionsResponse); r.ErrorCode != 0 {
+			t.Fatal("good connection broken")
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.l.Stats().BadConnections < uint64(n-1) && time.Now().Before(deadline) { // "garbage" may read as a huge frame: counted too
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := s.l.Stats().BadConnections; got < uint64(n-1) {
+		t.Fatalf("bad connections %d, want >= %d", got, n-1)
+	}
+}
+
+// frame builds a request frame with a header only (empty client id) and
+// room for a body to be appended; the size covers what follows later.
+func frame(key, version int16, corr int32) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 0)
+	b = binary.BigEndian.AppendUint16(b, uint16(key))
+	b = binary.BigEndian.AppendUint16(b, uint16(version))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = binary.BigEndian.AppendUint16(b, 0)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4+3)) // 3 body bytes follow in the tests that use it
+	return b
+}
+
+func TestServeStopsAndClosesConnections(t *testing.T) {
+	parked := make(chan struct{})
+	fg := &fakeGroups{fn: func(ctx context.Context, req proto.Message) (proto.Message, error) {
+		close(parked)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	s := startServer(t, fg, nil)
+	c := dial(t, s.l.Addr())
+	c.send(sampleRequest(11, 5))
+	<-parked
+	s.stop()
+	c.expectClosed()
+	if _, err := net.DialTimeout("tcp", s.l.Addr().String(), time.Second); err == nil {
+		t.Fatal("listener still accepting")
+	}
+}
