@@ -179,6 +179,10 @@ func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now t
 			protocols:        []*pb.Protocol{{Name: g.protocolNameOr(""), Metadata: mr.GetSubscription()}},
 			assignment:       mr.GetAssignment(),
 		}
+		if m.assignment == nil {
+			// An empty assignment decodes as nil; a Stable member has one.
+			m.assignment = []byte{}
+		}
 		if _, dup := g.members[m.id]; dup || m.id == "" {
 			continue
 		}

@@ -33,6 +33,7 @@ type harness struct {
 	held    []Persist
 	written []*pb.Record
 	failErr error // when set, writes fail with it
+	lastGen int32
 }
 
 func newHarness(t testing.TB, mutate ...func(*Config)) *harness {
@@ -92,6 +93,19 @@ func (h *harness) apply() {
 	}
 	if err := checkInvariants(h.g); err != nil {
 		h.t.Fatalf("invariant violated at %v: %v", h.now.Sub(t0), err)
+	}
+	if gen := h.g.Generation(); gen < h.lastGen {
+		h.t.Fatalf("generation went from %d to %d", h.lastGen, gen)
+	} else {
+		h.lastGen = gen
+	}
+	// No request is lost: every unanswered handle is still held by the group
+	// (parked in a member or waiting for a write).
+	held := heldReplies(h.g)
+	for id := range h.parked {
+		if !held[id] {
+			h.t.Fatalf("handle %d is neither answered nor held by the group (state %v)", id, h.g.State())
+		}
 	}
 }
 
@@ -279,7 +293,7 @@ func checkInvariants(g *Group) error {
 		if m.syncReply != nil && g.state != CompletingRebalance {
 			return fmt.Errorf("member %q has a parked SyncGroup in %v", m.id, g.state)
 		}
-		if m.joinReply != nil && g.state != PreparingRebalance && !g.staticWriteFor(m) && !(g.state == CompletingRebalance) {
+		if m.joinReply != nil && g.state != PreparingRebalance && !g.staticWriteFor(m) {
 			return fmt.Errorf("member %q has a parked JoinGroup in %v", m.id, g.state)
 		}
 	}
