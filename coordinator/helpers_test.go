@@ -235,3 +235,7 @@ func (h *harness) fetchOne(topic string, partition int32, requireStable bool) *p
 	r := h.g.Fetch(&pb.OffsetFetchRequest{GroupId: "g", Topics: []*pb.TopicPartitions{{Name: topic, Partitions: []int32{partition}}}, RequireStable: requireStable})
 	return r.Topics[0].Partitions[0]
 }
+
+// nextID is the member id the next unknown-id join with this client or
+// instance id will get.
+func (h *harness) nextID(prefix string) string { return fmt.Sprintf("%s-id%d", prefix, h.ids+1) }

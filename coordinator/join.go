@@ -442,11 +442,14 @@ func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effect
 	if g.members[w.newID] != m {
 		return // removed or renamed again meanwhile; its requests were answered then
 	}
+	if m.joinReply != w.reply {
+		// Answered meanwhile (a join phase completed, or a later JoinGroup
+		// superseded it): the member carries on under its new id.
+		return
+	}
 	if err != nil {
 		// Revert: the old member id keeps working.
-		if m.joinReply == w.reply {
-			g.setJoinReply(m, nil, 0)
-		}
+		g.setJoinReply(m, nil, 0)
 		g.setProtocols(m, w.prev.protocols)
 		m.sessionTimeout, m.rebalanceTimeout = w.prev.session, w.prev.rebalance
 		m.clientID, m.clientHost = w.prev.clientID, w.prev.clientHost
@@ -461,9 +464,8 @@ func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effect
 		})
 		return
 	}
-	if m.joinReply != w.reply || g.state != Stable {
-		// Superseded by a later JoinGroup, or a rebalance started meanwhile
-		// and the request now waits for that join phase.
+	if g.state != Stable {
+		// A rebalance started meanwhile: the request waits for that join phase.
 		return
 	}
 	var resp *pb.JoinGroupResponse
