@@ -30,8 +30,20 @@ type Options struct {
 // Service is the group coordinator running on an actor system: the groups
 // actor and its group actors.
 type Service struct {
+	*Client
+}
+
+// Client sends native group requests to a groups actor, local or remote.
+type Client struct {
 	system *actor.ActorSystem
 	router *actor.PID
+}
+
+// NewClient returns a client of the groups actor at router. For a remote
+// coordinator, system must run protoactor remote (answers come back through
+// it) and router is actor.NewPID(address, RouterName).
+func NewClient(system *actor.ActorSystem, router *actor.PID) *Client {
+	return &Client{system: system, router: router}
 }
 
 // Start spawns the groups actor under RouterName on system.
@@ -53,15 +65,15 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s actor: %w", RouterName, err)
 	}
-	return &Service{system: system, router: pid}, nil
+	return &Service{Client: NewClient(system, pid)}, nil
 }
 
 // Router returns the PID of the groups actor.
-func (s *Service) Router() *actor.PID { return s.router }
+func (c *Client) Router() *actor.PID { return c.router }
 
 // Call sends a native group request (*grouppb.JoinGroupRequest, ...) and
 // waits for its answer until ctx's deadline (DefaultCallTimeout without one).
-func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, error) {
+func (c *Client) Call(ctx context.Context, req proto.Message) (proto.Message, error) {
 	timeout := DefaultCallTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
@@ -69,7 +81,7 @@ func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, e
 			return nil, ErrTimeout
 		}
 	}
-	res, err := s.system.Root.RequestFuture(s.router, req, timeout).Result()
+	res, err := c.system.Root.RequestFuture(c.router, req, timeout).Result()
 	if err != nil {
 		if errors.Is(err, actor.ErrTimeout) {
 			return nil, ErrTimeout

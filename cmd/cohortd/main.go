@@ -1,0 +1,87 @@
+// Command cohortd runs a cohort consumer-group coordinator.
+//
+// Every flag can also be set through the environment: --group-max-size is
+// COHORT_GROUP_MAX_SIZE. A flag given on the command line wins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/cohort-coord/cohort/node"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+}
+
+func run(args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, logLevel, err := parseConfig(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cohortd: %v\n", err)
+		return 2
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := node.Run(ctx, cfg); err != nil {
+		cfg.Logger.Error("cohortd stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// parseConfig reads flags, falling back to COHORT_* variables, and validates
+// the result.
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (node.Config, slog.Level, error) {
+	cfg := node.DefaultConfig()
+	fs := flag.NewFlagSet("cohortd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node's durable state")
+	fs.StringVar(&cfg.RemoteAddr, "remote-addr", cfg.RemoteAddr, "host:port of the native group API (protoactor remote); port 0 picks a free port")
+	g := &cfg.Group
+	fs.DurationVar(&g.MinSessionTimeout, "group-min-session-timeout", g.MinSessionTimeout, "smallest session timeout a member may ask for (group.min.session.timeout.ms)")
+	fs.DurationVar(&g.MaxSessionTimeout, "group-max-session-timeout", g.MaxSessionTimeout, "largest session timeout a member may ask for (group.max.session.timeout.ms)")
+	fs.DurationVar(&g.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "wait for more members before the first rebalance of an empty group (group.initial.rebalance.delay.ms)")
+	fs.IntVar(&g.MaxSize, "group-max-size", g.MaxSize, "most members a group may have, 0 for no limit (group.max.size)")
+	fs.DurationVar(&g.NewMemberJoinTimeout, "group-new-member-join-timeout", g.NewMemberJoinTimeout, "how long a new member may wait in its first join phase")
+	fs.DurationVar(&g.OffsetsRetention, "offsets-retention", g.OffsetsRetention, "how long committed offsets of an empty group are kept (offsets.retention.minutes)")
+	level := slog.LevelInfo
+	fs.TextVar(&level, "log-level", level, "debug, info, warn or error")
+
+	if err := fs.Parse(args); err != nil {
+		return cfg, level, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, level, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		env := "COHORT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(env); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %v", env, v, err))
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return cfg, level, err
+	}
+	return cfg, level, cfg.Validate()
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestFlagsAndEnvironment(t *testing.T) {
+	cfg, _, err := parseConfig([]string{"--group-max-size", "7", "--remote-addr", "127.0.0.1:0"},
+		env(map[string]string{"COHORT_GROUP_MAX_SIZE": "99", "COHORT_GROUP_MIN_SESSION_TIMEOUT": "1s", "COHORT_DATA_DIR": "/tmp/x"}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Group.MaxSize != 7 {
+		t.Errorf("flag must win over env: max size %d", cfg.Group.MaxSize)
+	}
+	if cfg.Group.MinSessionTimeout != time.Second || cfg.DataDir != "/tmp/x" {
+		t.Errorf("env not applied: %v %q", cfg.Group.MinSessionTimeout, cfg.DataDir)
+	}
+	if cfg.Group.MaxSessionTimeout != 30*time.Minute || cfg.Group.InitialRebalanceDelay != 3*time.Second ||
+		cfg.Group.NewMemberJoinTimeout != 5*time.Minute || cfg.Group.OffsetsRetention != 168*time.Hour {
+		t.Errorf("defaults: %+v", cfg.Group)
+	}
+}
+
+func TestInvalidValuesExitWith2(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--group-min-session-timeout", "-1s"}, nil, "min session timeout must be positive"},
+		{[]string{"--group-max-size", "many"}, nil, "invalid value"},
+		{nil, map[string]string{"COHORT_GROUP_MAX_SIZE": "-3"}, "group max size"},
+		{nil, map[string]string{"COHORT_OFFSETS_RETENTION": "soon"}, "COHORT_OFFSETS_RETENTION"},
+		{[]string{"--remote-addr", "nohostport"}, nil, "remote addr"},
+		{[]string{"--group-min-session-timeout", "1m", "--group-max-session-timeout", "30s"}, nil, "below the min session timeout"},
+		{[]string{"extra"}, nil, "unexpected arguments"},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		code := run(c.args, env(c.env), &out)
+		if code != 2 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("%v %v: exit %d, output %q; want 2 and %q", c.args, c.env, code, out.String(), c.want)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package node
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cohort-coord/cohort/actors"
+	"github.com/cohort-coord/cohort/coordinator"
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func startNode(t *testing.T) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.RemoteAddr = "127.0.0.1:0"
+	cfg.Group.InitialRebalanceDelay = 0
+	cfg.Logger = quiet()
+	n, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// remoteClient is a separate actor system with its own remote endpoint, as a
+// process on another host would have.
+func remoteClient(t *testing.T, addr string) *actors.Client {
+	t.Helper()
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet() }))
+	r := remote.NewRemote(system, remote.Configure("127.0.0.1", freePort(t)))
+	r.Start()
+	t.Cleanup(func() { r.Shutdown(false); system.Shutdown() })
+	return actors.NewClient(system, actor.NewPID(addr, actors.RouterName))
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func do[T proto.Message](t *testing.T, c *actors.Client, req proto.Message) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := c.Call(ctx, req)
+	if err != nil {
+		t.Fatalf("%T: %v", req, err)
+	}
+	r, ok := res.(T)
+	if !ok {
+		t.Fatalf("%T: answer %T", req, res)
+	}
+	return r
+}
+
+// The native API over protoactor remote, used from another process (this
+// test binary re-run as a client, since protoactor's remote sets gRPC's global
+// logger and so cannot run twice in one process): a group forms, heartbeats,
+// commits and fetches offsets over TCP.
+func TestNativeRemoteAPI(t *testing.T) {
+	n := startNode(t)
+	if !strings.HasPrefix(n.RemoteAddr(), "127.0.0.1:") || strings.HasSuffix(n.RemoteAddr(), ":0") {
+		t.Fatalf("remote addr %q", n.RemoteAddr())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRemoteClientProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), "COHORT_TEST_REMOTE_ADDR="+n.RemoteAddr())
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "remote client: ok") {
+		t.Fatalf("remote client process: %v\n%s", err, out)
+	}
+}
+
+// TestRemoteClientProcess is the client half of TestNativeRemoteAPI; it runs
+// only in the child process.
+func TestRemoteClientProcess(t *testing.T) {
+	addr := os.Getenv("COHORT_TEST_REMOTE_ADDR")
+	if addr == "" {
+		t.Skip("runs as the client process of TestNativeRemoteAPI")
+	}
+	c := remoteClient(t, addr)
+
+	join := &pb.JoinGroupRequest{GroupId: "rg", ClientId: "remote", ApiVersion: 3, SessionTimeoutMs: 10_000, RebalanceTimeoutMs: 10_000,
+		ProtocolType: "consumer", Protocols: []*pb.Protocol{{Name: "range", Metadata: []byte{0, 0, 0, 0, 0, 0}}}}
+	j := do[*pb.JoinGroupResponse](t, c, join)
+	if j.ErrorCode != coordinator.ErrNone || j.GenerationId != 1 || j.Leader != j.MemberId || len(j.Members) != 1 || !strings.HasPrefix(j.MemberId, "remote-") {
+		t.Fatalf("join: %v", j)
+	}
+	s := do[*pb.SyncGroupResponse](t, c, &pb.SyncGroupRequest{GroupId: "rg", GenerationId: 1, MemberId: j.MemberId,
+		Assignments: []*pb.SyncGroupAssignment{{MemberId: j.MemberId, Assignment: []byte("all")}}})
+	if s.ErrorCode != coordinator.ErrNone || string(s.Assignment) != "all" || s.GetProtocolName() != "range" {
+		t.Fatalf("sync: %v", s)
+	}
+	if h := do[*pb.HeartbeatResponse](t, c, &pb.HeartbeatRequest{GroupId: "rg", GenerationId: 1, MemberId: j.MemberId}); h.ErrorCode != coordinator.ErrNone {
+		t.Fatalf("heartbeat: %v", h)
+	}
+	if h := do[*pb.HeartbeatResponse](t, c, &pb.HeartbeatRequest{GroupId: "rg", GenerationId: 7, MemberId: j.MemberId}); h.ErrorCode != coordinator.ErrIllegalGeneration {
+		t.Fatalf("stale heartbeat: %v", h)
+	}
+	cm := do[*pb.OffsetCommitResponse](t, c, &pb.OffsetCommitRequest{GroupId: "rg", GenerationId: 1, MemberId: j.MemberId,
+		Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 0, Offset: 11}}}}})
+	if cm.Topics[0].Partitions[0].ErrorCode != coordinator.ErrNone {
+		t.Fatalf("commit: %v", cm)
+	}
+	f := do[*pb.OffsetFetchResponse](t, c, &pb.OffsetFetchRequest{GroupId: "rg", Topics: []*pb.TopicPartitions{{Name: "t", Partitions: []int32{0, 1}}}})
+	if got := f.Topics[0].Partitions; got[0].Offset != 11 || got[1].Offset != -1 {
+		t.Fatalf("fetch: %v", f)
+	}
+	l := do[*pb.ListGroupsResponse](t, c, &pb.ListGroupsRequest{})
+	if len(l.Groups) != 1 || l.Groups[0].State != "Stable" {
+		t.Fatalf("list: %v", l)
+	}
+	lv := do[*pb.LeaveGroupResponse](t, c, &pb.LeaveGroupRequest{GroupId: "rg", Members: []*pb.MemberIdentity{{MemberId: j.MemberId}}})
+	if lv.ErrorCode != coordinator.ErrNone || lv.Members[0].ErrorCode != coordinator.ErrNone {
+		t.Fatalf("leave: %v", lv)
+	}
+	d := do[*pb.DescribeGroupResponse](t, c, &pb.DescribeGroupRequest{GroupId: "rg"})
+	if d.State != "Empty" || d.GenerationId != 2 {
+		t.Fatalf("describe after leave: %v", d)
+	}
+	t.Log("remote client: ok")
+}
+
+// Garbage on the remote port closes that connection only; the node keeps
+// serving.
+func TestRemoteSurvivesGarbage(t *testing.T) {
+	n := startNode(t)
+	for _, junk := range []string{"hello\r\n\r\n", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x08\x00\x00\x00\x00\x00\xff\xff\xff\xff", strings.Repeat("\xff", 4096)} {
+		conn, err := net.Dial("tcp", n.RemoteAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte(junk))
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		io.Copy(io.Discard, conn)
+		conn.Close()
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestRemoteClientProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), "COHORT_TEST_REMOTE_ADDR="+n.RemoteAddr())
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "remote client: ok") {
+		t.Fatalf("remote client after garbage: %v\n%s", err, out)
+	}
+}
+
+func TestDataDirIsLocked(t *testing.T) {
+	n := startNode(t)
+	cfg := n.cfg
+	cfg.RemoteAddr = "127.0.0.1:0"
+	if _, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("second node on the same data dir: %v", err)
+	}
+}
