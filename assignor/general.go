@@ -50,7 +50,11 @@ func (g *group) stickyGeneral(prev []int32) []int32 {
 	})
 
 	// Fill.
-	h := minLoadHeap{load: load}
+	width := make([]int32, M)
+	for m := range width {
+		width[m] = int32(len(g.classTops[g.class[m]]))
+	}
+	h := minLoadHeap{load: load, width: width}
 	for _, t := range topics {
 		b, e := g.base[t], g.base[t+1]
 		first := b
@@ -73,7 +77,18 @@ func (g *group) stickyGeneral(prev []int32) []int32 {
 	}
 
 	// Repair.
-	r := newRepairer(M, load)
+	r := newRepairer(M, load, width)
+	r.prev = prev
+	r.freeOf = make([][]int32, M)
+	r.freeIn = make([][]int32, T)
+	for t := range int32(T) {
+		for p := g.base[t]; p < g.base[t+1]; p++ {
+			if o := owner[p]; o >= 0 && prev[p] != o {
+				r.freeOf[o] = append(r.freeOf[o], p)
+				r.freeIn[t] = append(r.freeIn[t], p)
+			}
+		}
+	}
 	for changed := true; changed; {
 		changed = false
 		for _, t := range topics {
@@ -85,15 +100,29 @@ func (g *group) stickyGeneral(prev []int32) []int32 {
 	return owner
 }
 
-// minLoadHeap is a binary min-heap of members ordered by (load, member).
+// minLoadHeap is a binary min-heap of members ordered by (load, number of
+// subscribed topics, member): at equal load, the member with fewer choices
+// takes the partition, since members with more topics can still be balanced
+// with partitions of other topics.
 type minLoadHeap struct {
 	items []int32
 	load  []int32
+	width []int32
 }
 
 func (h *minLoadHeap) less(a, b int32) bool {
-	la, lb := h.load[a], h.load[b]
-	return la < lb || la == lb && a < b
+	return lighter(h.load, h.width, a, b)
+}
+
+func lighter(load, width []int32, a, b int32) bool {
+	la, lb := load[a], load[b]
+	if la != lb {
+		return la < lb
+	}
+	if wa, wb := width[a], width[b]; wa != wb {
+		return wa < wb
+	}
+	return a < b
 }
 
 func (h *minLoadHeap) reset(members []int32) {
@@ -125,7 +154,8 @@ func (h *minLoadHeap) down(i int) {
 
 // repairer holds scratch space for the balance repair, sized once per call.
 type repairer struct {
-	load []int32
+	load  []int32
+	width []int32
 	// light: min-heap of a topic's subscribers by (load, member), with
 	// positions so that a member's key can decrease.
 	light    []int32
@@ -134,10 +164,24 @@ type repairer struct {
 	heavy    []int32
 	heavyPos []int32
 	stacks   [][]int32 // per member: its partitions of the current topic
+
+	// prev is the previous owner of each partition. Moving a partition away
+	// from its previous owner costs a revocation; moving any other partition
+	// is free. freeOf lists, per member, partitions it holds but did not
+	// own before (entries are checked on use, stale ones skipped).
+	prev      []int32
+	freeOf    [][]int32
+	freeIn    [][]int32 // per topic, partitions that are free to move
+	sideMoves []uint8   // sideways moves made per partition
+	sideFrom  []int32   // the member a partition last moved sideways from
 }
 
-func newRepairer(M int, load []int32) *repairer {
-	r := &repairer{load: load, lightPos: make([]int32, M), heavyPos: make([]int32, M), stacks: make([][]int32, M)}
+// maxSideMoves bounds the sideways moves of one partition, which makes the
+// repair terminate: every other move strictly lowers the sum of squared loads.
+const maxSideMoves = 4
+
+func newRepairer(M int, load, width []int32) *repairer {
+	r := &repairer{load: load, width: width, lightPos: make([]int32, M), heavyPos: make([]int32, M), stacks: make([][]int32, M)}
 	for i := range M {
 		r.lightPos[i] = -1
 		r.heavyPos[i] = -1
@@ -175,16 +219,20 @@ func (r *repairer) repairTopic(g *group, owner []int32, t int32) bool {
 		r.lightDown(i)
 	}
 	r.heavy = r.heavy[:0]
-	for p := b; p < e; p++ {
-		o := owner[p]
-		if o < 0 || load[o] < minL+2 {
-			continue
+	// Stacks hold partitions that would cost a revocation at the bottom and
+	// free ones on top, so free partitions move first.
+	for pass := range 2 {
+		for p := b; p < e; p++ {
+			o := owner[p]
+			if o < 0 || load[o] < minL+2 || (r.prev[p] == o) != (pass == 0) {
+				continue
+			}
+			if r.heavyPos[o] < 0 {
+				r.heavyPos[o] = int32(len(r.heavy))
+				r.heavy = append(r.heavy, o)
+			}
+			r.stacks[o] = append(r.stacks[o], p)
 		}
-		if r.heavyPos[o] < 0 {
-			r.heavyPos[o] = int32(len(r.heavy))
-			r.heavy = append(r.heavy, o)
-		}
-		r.stacks[o] = append(r.stacks[o], p)
 	}
 	for i := len(r.heavy)/2 - 1; i >= 0; i-- {
 		r.heavyDown(i)
@@ -197,10 +245,45 @@ func (r *repairer) repairTopic(g *group, owner []int32, t int32) bool {
 		}
 		st := r.stacks[h]
 		p := st[len(st)-1]
+		if owner[p] != h { // moved away by relieve or boost
+			r.stacks[h] = st[:len(st)-1]
+			if len(r.stacks[h]) == 0 {
+				r.heavyRemoveTop()
+			} else {
+				r.heavyDown(0)
+			}
+			continue
+		}
+		if r.prev[p] == h {
+			// Every partition of t on h would cost a revocation. Try to
+			// lift l with a free partition from a member loaded more than
+			// it, or to relieve h with a free partition of another topic.
+			if x := r.boost(g, owner, l); x >= 0 {
+				r.lightDown(int(r.lightPos[l]))
+				if i := r.lightPos[x]; i >= 0 {
+					r.lightUp(int(i))
+				}
+				if i := r.heavyPos[x]; i >= 0 {
+					r.heavyDown(int(i))
+				}
+				continue
+			}
+			if x := r.relieve(g, owner, h); x >= 0 {
+				if i := r.lightPos[x]; i >= 0 {
+					r.lightDown(int(i))
+				}
+				if i := r.heavyPos[x]; i >= 0 {
+					r.heavyUp(int(i))
+				}
+				r.lightUp(int(r.lightPos[h]))
+				if i := r.heavyPos[h]; i >= 0 {
+					r.heavyDown(int(i))
+				}
+				continue
+			}
+		}
 		r.stacks[h] = st[:len(st)-1]
-		owner[p] = l
-		load[l]++
-		load[h]--
+		r.move(g, owner, p, h, l)
 		r.lightDown(0)
 		r.lightUp(int(r.lightPos[h]))
 		if len(r.stacks[h]) == 0 {
@@ -222,8 +305,7 @@ func (r *repairer) repairTopic(g *group, owner []int32, t int32) bool {
 }
 
 func (r *repairer) lightLess(a, b int32) bool {
-	la, lb := r.load[a], r.load[b]
-	return la < lb || la == lb && a < b
+	return lighter(r.load, r.width, a, b)
 }
 
 func (r *repairer) lightSwap(i, j int) {
@@ -263,11 +345,161 @@ func (r *repairer) lightUp(i int) {
 	}
 }
 
+// move moves p from h to l, keeping loads and free lists current.
+func (r *repairer) move(g *group, owner []int32, p, h, l int32) {
+	owner[p] = l
+	r.load[l]++
+	r.load[h]--
+	if r.prev[p] != l {
+		r.freeOf[l] = append(r.freeOf[l], p)
+	}
+	if r.prev[p] == h {
+		t := g.topicOf(p)
+		r.freeIn[t] = append(r.freeIn[t], p)
+	}
+}
+
+// sideOK reports whether q may move sideways to x.
+func (r *repairer) sideOK(q, x int32) bool {
+	return r.sideMoves == nil || r.sideMoves[q] < maxSideMoves && r.sideFrom[q] != x
+}
+
+func (r *repairer) noteSide(q, from int32) {
+	if r.sideMoves == nil {
+		r.sideMoves = make([]uint8, len(r.prev))
+		r.sideFrom = make([]int32, len(r.prev))
+	}
+	r.sideMoves[q]++
+	r.sideFrom[q] = from
+}
+
+// boost looks for a partition of a topic l subscribes to that is free to
+// move and sits on a member x loaded more than l: by two or more (a strict
+// improvement) or by one (a sideways move, limited as in relieve). It moves
+// the one on the most-loaded such x to l and returns x, or returns -1. It
+// examines a bounded number of candidates.
+func (r *repairer) boost(g *group, owner []int32, l int32) int32 {
+	const maxCandidates = 64
+	bestQ, bestX := int32(-1), int32(-1)
+	seen := 0
+	for _, t := range g.classTops[g.class[l]] {
+		list := r.freeIn[t]
+		w := 0
+		for _, q := range list {
+			x := owner[q]
+			if x < 0 || r.prev[q] == x {
+				continue // stale: no longer free
+			}
+			list[w] = q
+			w++
+			if seen >= maxCandidates || x == l {
+				continue
+			}
+			seen++
+			if r.load[x] < r.load[l]+1 || r.load[x] == r.load[l]+1 && !r.sideOK(q, l) {
+				continue
+			}
+			if bestX < 0 || r.load[x] > r.load[bestX] {
+				bestQ, bestX = q, x
+			}
+		}
+		r.freeIn[t] = list[:w]
+		if seen >= maxCandidates {
+			break
+		}
+	}
+	if bestX < 0 {
+		return -1
+	}
+	if r.load[bestX] == r.load[l]+1 {
+		r.noteSide(bestQ, bestX)
+	}
+	r.move(g, owner, bestQ, bestX, l)
+	return bestX
+}
+
+// relieve looks for a partition h holds free of cost (in any topic) that can
+// go to another subscriber x of its topic with a lower load: strictly lower
+// by two (a strict improvement), or by one (a sideways move, which swaps the
+// two loads; a partition moves sideways at most maxSideMoves times and never
+// straight back). It moves it and returns x, or returns -1. It examines a
+// bounded number of candidates.
+func (r *repairer) relieve(g *group, owner []int32, h int32) int32 {
+	const maxCandidates = 16
+	list := r.freeOf[h]
+	bestP, bestX := int32(-1), int32(-1)
+	seen := 0
+	w := 0
+	for _, q := range list {
+		if owner[q] != h || r.prev[q] == h {
+			continue // stale entry
+		}
+		list[w] = q
+		w++
+		if seen >= maxCandidates || bestX >= 0 && r.load[bestX]+2 <= r.load[h] {
+			continue
+		}
+		seen++
+		back := int32(-1)
+		if r.sideMoves != nil {
+			back = r.sideFrom[q]
+			if r.sideMoves[q] >= maxSideMoves {
+				back = h // only strict moves left for q
+			}
+		}
+		t := g.topicOf(q)
+		x := int32(-1)
+		for _, m := range g.subscribers(t) {
+			if m != h && m != back && (x < 0 || lighter(r.load, r.width, m, x)) {
+				x = m
+			}
+		}
+		if x >= 0 && r.load[x]+1 == r.load[h] && !r.sideOK(q, x) {
+			continue
+		}
+		if x >= 0 && r.load[x]+1 <= r.load[h] && (bestX < 0 || lighter(r.load, r.width, x, bestX)) {
+			bestP, bestX = q, x
+		}
+	}
+	r.freeOf[h] = list[:w]
+	if bestX < 0 {
+		return -1
+	}
+	if r.load[bestX]+1 == r.load[h] {
+		r.noteSide(bestP, h)
+	}
+	r.move(g, owner, bestP, h, bestX)
+	return bestX
+}
+
+func (r *repairer) heavyUp(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !r.heavyLess(r.heavy[i], r.heavy[p]) {
+			return
+		}
+		r.heavySwap(i, p)
+		i = p
+	}
+}
+
 // heavyLess orders the max-heap: more load first, then the later member
 // (so that, symmetric to the fill, the last member in order gives first).
 func (r *repairer) heavyLess(a, b int32) bool {
 	la, lb := r.load[a], r.load[b]
-	return la > lb || la == lb && a > b
+	if la != lb {
+		return la > lb
+	}
+	// At equal load, a holder whose next partition is free to move first.
+	if fa, fb := r.freeTop(a), r.freeTop(b); fa != fb {
+		return fa
+	}
+	return a > b
+}
+
+func (r *repairer) freeTop(m int32) bool {
+	st := r.stacks[m]
+	return len(st) > 0 && r.prev[st[len(st)-1]] != m
 }
 
 func (r *repairer) heavySwap(i, j int) {

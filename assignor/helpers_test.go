@@ -111,7 +111,7 @@ func spread(plan []MemberAssignment) int {
 // member order; only subscribed, existing, in-range partitions; no partition
 // twice; sorted output; and, unless the assignor is cooperative, every
 // partition of every subscribed topic assigned.
-func checkValid(t testing.TB, b Balancer, members []Member, topics map[string]int32, plan []MemberAssignment) {
+func checkValid(t fataler, b Balancer, members []Member, topics map[string]int32, plan []MemberAssignment) {
 	t.Helper()
 	byID := map[string]*Member{}
 	for i := range members {
@@ -206,4 +206,10 @@ func oneHopViolation(members []Member, plan []MemberAssignment) string {
 		}
 	}
 	return ""
+}
+
+// fataler is what the checks need from *testing.T and *rapid.T.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
 }
