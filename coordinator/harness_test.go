@@ -34,6 +34,8 @@ type harness struct {
 	written []*pb.Record
 	failErr error // when set, writes fail with it
 	lastGen int32
+	durable []*pb.Record // records of successful writes, in order
+	gone    bool         // the group reported Effects.Gone
 }
 
 func newHarness(t testing.TB, mutate ...func(*Config)) *harness {
@@ -85,11 +87,23 @@ func (h *harness) apply() {
 				h.held = append(h.held, p)
 				continue
 			}
+			if h.failErr == nil {
+				h.durable = append(h.durable, p.Records...)
+			}
 			h.g.OnPersisted(h.now, p.Token, h.failErr, &h.fx)
 		}
-		if len(h.fx.Replies)+len(h.fx.Timers)+len(h.fx.Persists) == 0 {
+		if fx.Gone {
+			h.gone = true
+			if h.g.State() != Dead || h.g.InFlight() != 0 {
+				h.t.Fatalf("gone while %v with %d writes in flight", h.g.State(), h.g.InFlight())
+			}
+		}
+		if len(h.fx.Replies)+len(h.fx.Timers)+len(h.fx.Persists) == 0 && !h.fx.Gone {
 			break
 		}
+	}
+	if h.g.State() == Dead && h.g.InFlight() == 0 && len(h.parked) > 0 {
+		h.t.Fatalf("dead group with its writes done left %d requests unanswered", len(h.parked))
 	}
 	if err := checkInvariants(h.g); err != nil {
 		h.t.Fatalf("invariant violated at %v: %v", h.now.Sub(t0), err)
@@ -114,6 +128,9 @@ func (h *harness) release(err error) {
 	held := h.held
 	h.held = nil
 	for _, p := range held {
+		if err == nil {
+			h.durable = append(h.durable, p.Records...)
+		}
 		h.g.OnPersisted(h.now, p.Token, err, &h.fx)
 		h.apply()
 	}

@@ -241,6 +241,8 @@ func (g *Group) prepareRebalance(now time.Time, fx *Effects) {
 			if m.syncReply != nil {
 				fx.reply(m.syncReply, syncError(ErrRebalanceInProgress))
 				m.syncReply = nil
+				// Its session timer may have fired while it was parked.
+				fx.arm(TimerMember, m.id, m.sessionTimeout)
 			}
 		}
 	}

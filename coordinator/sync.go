@@ -75,7 +75,8 @@ func (g *Group) storeAssignment(now time.Time, assignments []*pb.SyncGroupAssign
 	byMember := make(map[string][]byte, len(assignments))
 	for _, a := range assignments {
 		if _, ok := g.members[a.GetMemberId()]; ok {
-			byMember[a.GetMemberId()] = a.GetAssignment()
+			// An empty assignment decodes as nil; keep it empty, not absent.
+			byMember[a.GetMemberId()] = append([]byte{}, a.GetAssignment()...)
 		}
 	}
 	for _, m := range g.order {
@@ -109,6 +110,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 			if m.syncReply != nil {
 				fx.reply(m.syncReply, syncError(code))
 				m.syncReply = nil
+				fx.arm(TimerMember, m.id, m.sessionTimeout)
 			}
 		}
 		g.prepareRebalance(now, fx)
