@@ -139,6 +139,7 @@ func (h *harness) release(err error) {
 // advance moves the clock forward by d, firing due timers in deadline order.
 func (h *harness) advance(d time.Duration) {
 	target := h.now.Add(d)
+	sameInstant := 0
 	for {
 		var key TimerKey
 		var at time.Time
@@ -155,6 +156,14 @@ func (h *harness) advance(d time.Duration) {
 			break
 		}
 		delete(h.timers, key)
+		if at.Equal(h.now) {
+			// A timer re-armed with no delay on every fire would spin forever.
+			if sameInstant++; sameInstant > 10_000 {
+				h.t.Fatalf("timer loop at %v: %v/%q keeps firing", h.now.Sub(t0), key.Kind, key.Member)
+			}
+		} else {
+			sameInstant = 0
+		}
 		h.now = at
 		h.g.OnTimer(h.now, key, &h.fx)
 		h.apply()

@@ -318,7 +318,13 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 	if !g.electJoinedLeader() && len(g.members) > 0 {
 		// Only static members that did not re-join remain: wait another
 		// rebalance timeout for them to re-join or expire.
-		g.armJoin(g.rebalanceTimeout(), fx)
+		d := g.rebalanceTimeout()
+		if d <= 0 {
+			// A zero timeout would re-arm at the same instant forever; their
+			// sessions cannot end sooner than the minimum session timeout.
+			d = g.cfg.MinSessionTimeout
+		}
+		g.armJoin(d, fx)
 		return
 	}
 	g.generation++

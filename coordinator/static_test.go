@@ -456,3 +456,28 @@ func TestStaticFencing(t *testing.T) {
 	})
 	h.wantState(Stable, 1, ids...)
 }
+
+// A zero rebalance timeout must not re-arm the join timer at the same
+// instant forever while only non-rejoined static members remain; it waits
+// group.min.session.timeout.ms instead, until they re-join or expire.
+func TestStuckStaticRebalanceWithZeroRebalanceTimeout(t *testing.T) {
+	rec := stableRecord(2)
+	rec.Members[0].GroupInstanceId = strp("ia")
+	rec.Members[0].SessionTimeoutMs = 30_000
+	rec.Members[0].RebalanceTimeoutMs = 0
+	rec.Members[1].RebalanceTimeoutMs = 0
+	h := restoredHarness(t, DefaultConfig(), rec)
+	h.leave(&pb.MemberIdentity{MemberId: "m1"})
+	h.wantState(PreparingRebalance, 5, "m0")
+	h.wantDeadline(joinKey, 0)
+	h.advance(0) // the join timer fires: only m0 (static, not re-joined) remains
+	h.wantState(PreparingRebalance, 5, "m0")
+	h.wantDeadline(joinKey, 6*time.Second)
+	h.advance(6 * time.Second)
+	h.wantDeadline(joinKey, 12*time.Second)
+	// m0 re-joins: the phase completes at once.
+	r := h.joinOK(h.join(&pb.JoinGroupRequest{ClientId: "c", ApiVersion: 5, GroupInstanceId: strp("ia"), MemberId: "m0", SessionTimeoutMs: 30_000}))
+	if r.GenerationId != 6 {
+		t.Fatalf("answer %v", r)
+	}
+}
