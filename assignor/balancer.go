@@ -83,12 +83,12 @@ type Balancer interface {
 	// Balance assigns the partitions of the subscribed topics among the
 	// members. topics gives the partition count of each topic known to the
 	// leader; subscribed topics that are missing or have no partitions are
-	// skipped. The result has one entry per distinct member id, in the order
+	// skipped. The plan has one entry per distinct member id, in the order
 	// Kafka sorts members (static members by instance id, then dynamic
 	// members by member id), and does not depend on the order of members.
-	Balance(members []Member, topics map[string]int32) []MemberAssignment
+	Balance(members []Member, topics map[string]int32) *Plan
 	// BalanceRacks is Balance with replica racks for rack-aware placement.
-	BalanceRacks(members []Member, topics map[string]int32, racks PartitionRacks) []MemberAssignment
+	BalanceRacks(members []Member, topics map[string]int32, racks PartitionRacks) *Plan
 }
 
 // ByName returns the built-in balancer with the given protocol name.
@@ -134,38 +134,6 @@ func CommonProtocol(bs ...Balancer) (p RebalanceProtocol, ok bool) {
 	return Eager, false
 }
 
-// EncodeAssignments encodes one version 3 assignment per member into a single
-// buffer and returns per-member sub-slices of it, in plan order.
-func EncodeAssignments(plan []MemberAssignment) [][]byte {
-	total := 0
-	for i := range plan {
-		a := plan[i].Assignment()
-		total += a.EncodedSize()
-	}
-	buf := make([]byte, 0, total)
-	out := make([][]byte, len(plan))
-	for i := range plan {
-		a := plan[i].Assignment()
-		start := len(buf)
-		buf = a.AppendTo(buf)
-		out[i] = buf[start:len(buf):len(buf)]
-	}
-	return out
-}
-
-// AsMap returns a plan as member id -> topic -> partitions.
-func AsMap(plan []MemberAssignment) map[string]map[string][]int32 {
-	m := make(map[string]map[string][]int32, len(plan))
-	for _, a := range plan {
-		tm := make(map[string][]int32, len(a.Topics))
-		for _, tp := range a.Topics {
-			tm[tp.Topic] = tp.Partitions
-		}
-		m[a.MemberID] = tm
-	}
-	return m
-}
-
 type eagerOnly struct{}
 
 func (eagerOnly) SupportedProtocols() []RebalanceProtocol { return []RebalanceProtocol{Eager} }
@@ -187,10 +155,10 @@ func Range() Balancer { return rangeBalancer{} }
 
 func (rangeBalancer) ProtocolName() string          { return "range" }
 func (rangeBalancer) Metadata(m MemberState) []byte { return simpleMetadata(m) }
-func (b rangeBalancer) Balance(members []Member, topics map[string]int32) []MemberAssignment {
+func (b rangeBalancer) Balance(members []Member, topics map[string]int32) *Plan {
 	return b.BalanceRacks(members, topics, nil)
 }
-func (rangeBalancer) BalanceRacks(members []Member, topics map[string]int32, racks PartitionRacks) []MemberAssignment {
+func (rangeBalancer) BalanceRacks(members []Member, topics map[string]int32, racks PartitionRacks) *Plan {
 	g := newGroup(members, topics, racks)
 	return g.plan(g.assignRange())
 }
@@ -204,10 +172,10 @@ func RoundRobin() Balancer { return roundRobinBalancer{} }
 
 func (roundRobinBalancer) ProtocolName() string          { return "roundrobin" }
 func (roundRobinBalancer) Metadata(m MemberState) []byte { return simpleMetadata(m) }
-func (b roundRobinBalancer) Balance(members []Member, topics map[string]int32) []MemberAssignment {
+func (b roundRobinBalancer) Balance(members []Member, topics map[string]int32) *Plan {
 	return b.BalanceRacks(members, topics, nil)
 }
-func (roundRobinBalancer) BalanceRacks(members []Member, topics map[string]int32, _ PartitionRacks) []MemberAssignment {
+func (roundRobinBalancer) BalanceRacks(members []Member, topics map[string]int32, _ PartitionRacks) *Plan {
 	g := newGroup(members, topics, nil) // Kafka's roundrobin is not rack-aware
 	return g.plan(g.assignRoundRobin())
 }
@@ -260,11 +228,11 @@ func (s stickyBalancer) Metadata(m MemberState) []byte {
 	return sub.AppendTo(nil)
 }
 
-func (s stickyBalancer) Balance(members []Member, topics map[string]int32) []MemberAssignment {
+func (s stickyBalancer) Balance(members []Member, topics map[string]int32) *Plan {
 	return s.BalanceRacks(members, topics, nil)
 }
 
-func (s stickyBalancer) BalanceRacks(members []Member, topics map[string]int32, racks PartitionRacks) []MemberAssignment {
+func (s stickyBalancer) BalanceRacks(members []Member, topics map[string]int32, racks PartitionRacks) *Plan {
 	g := newGroup(members, topics, racks)
 	return g.plan(g.assignSticky(s.cooperative))
 }

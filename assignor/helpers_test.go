@@ -52,7 +52,9 @@ func stickySub(owned string, gen int32, topics ...string) Subscription {
 }
 
 // render formats a plan as member -> "t-0, t-1, u-2".
-func render(plan []MemberAssignment) map[string]string {
+func render(plan *Plan) map[string]string { return renderMembers(plan.Members()) }
+
+func renderMembers(plan []MemberAssignment) map[string]string {
 	out := make(map[string]string, len(plan))
 	for _, a := range plan {
 		var parts []string
@@ -66,7 +68,7 @@ func render(plan []MemberAssignment) map[string]string {
 	return out
 }
 
-func assertPlan(t *testing.T, plan []MemberAssignment, want map[string]string) {
+func assertPlan(t *testing.T, plan *Plan, want map[string]string) {
 	t.Helper()
 	got := render(plan)
 	keys := make([]string, 0, len(want))
@@ -89,17 +91,15 @@ func assertPlan(t *testing.T, plan []MemberAssignment, want map[string]string) {
 }
 
 // counts returns partitions per member, in plan order.
-func counts(plan []MemberAssignment) []int {
-	out := make([]int, len(plan))
-	for i, a := range plan {
-		for _, tp := range a.Topics {
-			out[i] += len(tp.Partitions)
-		}
+func counts(plan *Plan) []int {
+	out := make([]int, plan.Len())
+	for i := range out {
+		out[i] = plan.Count(i)
 	}
 	return out
 }
 
-func spread(plan []MemberAssignment) int {
+func spread(plan *Plan) int {
 	c := counts(plan)
 	if len(c) == 0 {
 		return 0
@@ -111,7 +111,23 @@ func spread(plan []MemberAssignment) int {
 // member order; only subscribed, existing, in-range partitions; no partition
 // twice; sorted output; and, unless the assignor is cooperative, every
 // partition of every subscribed topic assigned.
-func checkValid(t fataler, b Balancer, members []Member, topics map[string]int32, plan []MemberAssignment) {
+func checkValid(t fataler, b Balancer, members []Member, topics map[string]int32, p *Plan) {
+	plan := p.Members()
+	// The encoded form decodes to the same assignments.
+	for i, enc := range p.Encode() {
+		a, err := DecodeAssignment(enc)
+		if err != nil || a.Version != 3 || len(a.Topics) != len(plan[i].Topics) || len(enc) != p.EncodedSize(i) {
+			t.Fatalf("%s: encoded assignment %x: %v", plan[i].MemberID, enc, err)
+		}
+		for j := range a.Topics {
+			if a.Topics[j].Topic != plan[i].Topics[j].Topic || !slices.Equal(a.Topics[j].Partitions, plan[i].Topics[j].Partitions) {
+				t.Fatalf("%s: encoded %v, plan %v", plan[i].MemberID, a.Topics, plan[i].Topics)
+			}
+		}
+		if p.Count(i) != countOf(plan[i]) {
+			t.Fatalf("Count(%d) = %d", i, p.Count(i))
+		}
+	}
 	t.Helper()
 	byID := map[string]*Member{}
 	for i := range members {
@@ -185,14 +201,15 @@ func checkValid(t fataler, b Balancer, members []Member, topics map[string]int32
 // oneHopBalanced reports Kafka's general balance criterion: no member holds a
 // partition of a topic that a member with at least two fewer partitions
 // subscribes to.
-func oneHopViolation(members []Member, plan []MemberAssignment) string {
+func oneHopViolation(members []Member, p *Plan) string {
+	plan := p.Members()
 	subOf := map[string][]string{}
 	for _, m := range members {
 		if _, ok := subOf[m.ID]; !ok {
 			subOf[m.ID] = m.Subscription.Topics
 		}
 	}
-	c := counts(plan)
+	c := counts(p)
 	for i, h := range plan {
 		for j, l := range plan {
 			if c[i] < c[j]+2 {
@@ -212,4 +229,12 @@ func oneHopViolation(members []Member, plan []MemberAssignment) string {
 type fataler interface {
 	Helper()
 	Fatalf(format string, args ...any)
+}
+
+func countOf(a MemberAssignment) int {
+	n := 0
+	for _, tp := range a.Topics {
+		n += len(tp.Partitions)
+	}
+	return n
 }

@@ -168,7 +168,7 @@ func TestPropCooperativeSafety(t *testing.T) {
 			}
 		}
 		assigned := map[key]string{}
-		for _, a := range plan {
+		for _, a := range plan.Members() {
 			for _, tpa := range a.Topics {
 				for _, p := range tpa.Partitions {
 					assigned[key{tpa.Topic, p}] = a.MemberID
@@ -269,7 +269,7 @@ func TestPropMinimalMovement(t *testing.T) {
 		for _, b := range []Balancer{Sticky(), CooperativeSticky()} {
 			members := apply(b, w, cs)
 			plan := b.Balance(members, w.topics)
-			got := AsMap(plan)
+			got := mapOf(plan)
 			kept := 0
 			for _, c := range cs {
 				if slices.Contains(got[w.members[c.member].ID][c.topic], c.part) {
@@ -335,7 +335,7 @@ func TestPropCooperativeConvergence(t *testing.T) {
 				next := b.Balance(members, w.topics)
 				checkValid(t, b, members, w.topics, next)
 				revoked := false
-				g1, g2 := AsMap(plan), AsMap(next)
+				g1, g2 := mapOf(plan), mapOf(next)
 				for id, tm := range g1 {
 					for tn, ps := range tm {
 						for _, p := range ps {
@@ -392,7 +392,7 @@ func TestPropTopicSpread(t *testing.T) {
 				}
 				for _, name := range names {
 					lo, hi := int(n), 0
-					for _, a := range plan {
+					for _, a := range plan.Members() {
 						c := 0
 						for _, tpa := range a.Topics {
 							if tpa.Topic == name {
@@ -411,3 +411,5 @@ func TestPropTopicSpread(t *testing.T) {
 		}
 	})
 }
+
+func mapOf(p *Plan) map[string]map[string][]int32 { return p.Map() }

@@ -121,7 +121,7 @@ func TestStickyTopicBalanceAfterReassignment(t *testing.T) {
 				gen++
 			}
 			checkValid(t, bal, members, topics, plan)
-			for _, a := range plan {
+			for _, a := range plan.Members() {
 				for _, tp := range a.Topics {
 					if len(tp.Partitions) != 12/k {
 						t.Fatalf("%s k=%d: %s has %d of %s: %v", bal.ProtocolName(), k, a.MemberID, len(tp.Partitions), tp.Topic, render(plan))
@@ -207,9 +207,9 @@ func resize(members []Member, k int, topics ...string) []Member {
 
 // withHistory returns members whose subscriptions carry plan as their
 // current assignment at generation gen, in the format the balancer reads.
-func withHistory(b Balancer, members []Member, plan []MemberAssignment, gen int32) []Member {
+func withHistory(b Balancer, members []Member, plan *Plan, gen int32) []Member {
 	byID := map[string][]TopicPartitions{}
-	for _, a := range plan {
+	for _, a := range plan.Members() {
 		byID[a.MemberID] = a.Topics
 	}
 	out := make([]Member, len(members))
@@ -225,6 +225,6 @@ func withHistory(b Balancer, members []Member, plan []MemberAssignment, gen int3
 
 // followUp is the cooperative follow-up round: every member now owns what the
 // plan gave it.
-func followUp(members []Member, plan []MemberAssignment, gen int32) []Member {
+func followUp(members []Member, plan *Plan, gen int32) []Member {
 	return withHistory(CooperativeSticky(), members, plan, gen)
 }
