@@ -48,7 +48,7 @@ func quietLogs() actor.ConfigOption {
 	return actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quietLogger() })
 }
 
-func call[T proto.Message](t *testing.T, svc *Service, req proto.Message) T {
+func ask[T proto.Message](t *testing.T, svc *Service, req proto.Message) T {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -80,12 +80,12 @@ func joinAll(t *testing.T, svc *Service, group string, n int) []*pb.JoinGroupRes
 	for i := range n {
 		wg.Go(func() {
 			client := fmt.Sprintf("c%d", i)
-			first := call[*pb.JoinGroupResponse](t, svc, joinReq(group, client, ""))
+			first := ask[*pb.JoinGroupResponse](t, svc, joinReq(group, client, ""))
 			if first.ErrorCode != coordinator.ErrMemberIDRequired {
 				t.Errorf("first join: %d", first.ErrorCode)
 				return
 			}
-			out[i] = call[*pb.JoinGroupResponse](t, svc, joinReq(group, client, first.MemberId))
+			out[i] = ask[*pb.JoinGroupResponse](t, svc, joinReq(group, client, first.MemberId))
 		})
 	}
 	wg.Wait()
@@ -116,7 +116,7 @@ func formGroup(t *testing.T, svc *Service, group string, n int) ([]string, int32
 					req.Assignments = append(req.Assignments, &pb.SyncGroupAssignment{MemberId: m, Assignment: []byte("to-" + m)})
 				}
 			}
-			r := call[*pb.SyncGroupResponse](t, svc, req)
+			r := ask[*pb.SyncGroupResponse](t, svc, req)
 			if r.ErrorCode != coordinator.ErrNone || string(r.Assignment) != "to-"+ids[i] {
 				t.Errorf("sync %s: %v", id, r)
 			}
@@ -133,7 +133,7 @@ func TestGroupFormsThroughActors(t *testing.T) {
 		if gen != 1 {
 			t.Fatalf("generation %d, want 1", gen)
 		}
-		d := call[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g1"})
+		d := ask[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g1"})
 		if d.State != "Stable" || d.ProtocolData != "range" || len(d.Members) != 3 {
 			t.Fatalf("describe: %v", d)
 		}
@@ -143,12 +143,12 @@ func TestGroupFormsThroughActors(t *testing.T) {
 			}
 		}
 		for _, id := range ids {
-			hb := call[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g1", GenerationId: gen, MemberId: id})
+			hb := ask[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g1", GenerationId: gen, MemberId: id})
 			if hb.ErrorCode != coordinator.ErrNone {
 				t.Fatalf("heartbeat: %d", hb.ErrorCode)
 			}
 		}
-		l := call[*pb.ListGroupsResponse](t, svc, &pb.ListGroupsRequest{})
+		l := ask[*pb.ListGroupsResponse](t, svc, &pb.ListGroupsRequest{})
 		if len(l.Groups) != 1 || l.Groups[0].GroupId != "g1" || l.Groups[0].State != "Stable" || l.Groups[0].ProtocolType != "consumer" {
 			t.Fatalf("list: %v", l)
 		}
@@ -166,18 +166,18 @@ func TestSessionTimerFiresThroughActor(t *testing.T) {
 		start := time.Now()
 		for time.Since(start) < 9*time.Second {
 			time.Sleep(3 * time.Second)
-			hb := call[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: live})
+			hb := ask[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: live})
 			if hb.ErrorCode != coordinator.ErrNone {
 				t.Fatalf("heartbeat at %v: %d", time.Since(start), hb.ErrorCode)
 			}
 		}
 		// dead stopped heartbeating at start: its 10 s session expires now.
 		time.Sleep(1*time.Second + time.Millisecond)
-		hb := call[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: live})
+		hb := ask[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: live})
 		if hb.ErrorCode != coordinator.ErrRebalanceInProgress {
 			t.Fatalf("after expiry: heartbeat %d, want REBALANCE_IN_PROGRESS", hb.ErrorCode)
 		}
-		d := call[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g"})
+		d := ask[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g"})
 		if len(d.Members) != 1 || d.Members[0].MemberId != live {
 			t.Fatalf("members after expiry: %v (dead was %s)", d.Members, dead)
 		}
@@ -195,14 +195,14 @@ func TestRebalanceTimeoutEvictsThroughActor(t *testing.T) {
 		req := joinReq("g", "c0", ids[0])
 		req.Protocols[0].Metadata = []byte{0, 0, 0, 0, 0, 1}
 		done := make(chan *pb.JoinGroupResponse)
-		go func() { done <- call[*pb.JoinGroupResponse](t, svc, req) }()
+		go func() { done <- ask[*pb.JoinGroupResponse](t, svc, req) }()
 		// Keep the other alive by heartbeats (REBALANCE_IN_PROGRESS), but it never re-joins.
 		var r *pb.JoinGroupResponse
 		for r == nil {
 			select {
 			case r = <-done:
 			case <-time.After(5 * time.Second):
-				call[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: ids[1]})
+				ask[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: ids[1]})
 			}
 		}
 		if r.ErrorCode != coordinator.ErrNone || r.GenerationId != gen+1 || len(r.Members) != 1 || r.Leader != ids[0] {
@@ -235,7 +235,7 @@ func TestPanicRestartsActorFromStore(t *testing.T) {
 		store := &panicStore{MemoryStore: NewMemoryStore()}
 		svc := startService(t, store)
 		ids, gen := formGroup(t, svc, "g", 2)
-		c := call[*pb.OffsetCommitResponse](t, svc, &pb.OffsetCommitRequest{GroupId: "g", GenerationId: gen, MemberId: ids[0],
+		c := ask[*pb.OffsetCommitResponse](t, svc, &pb.OffsetCommitRequest{GroupId: "g", GenerationId: gen, MemberId: ids[0],
 			Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 0, Offset: 42}}}}})
 		if c.Topics[0].Partitions[0].ErrorCode != coordinator.ErrNone {
 			t.Fatalf("commit: %v", c)
@@ -250,16 +250,16 @@ func TestPanicRestartsActorFromStore(t *testing.T) {
 		}
 		// The restarted actor loaded the group: same generation and members,
 		// the acknowledged offset, not the crashed one.
-		d := call[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g"})
+		d := ask[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g"})
 		if d.State != "Stable" || d.GenerationId != gen || len(d.Members) != 2 {
 			t.Fatalf("after restart: %v", d)
 		}
-		f := call[*pb.OffsetFetchResponse](t, svc, &pb.OffsetFetchRequest{GroupId: "g", AllTopics: true})
+		f := ask[*pb.OffsetFetchResponse](t, svc, &pb.OffsetFetchRequest{GroupId: "g", AllTopics: true})
 		if len(f.Topics) != 1 || f.Topics[0].Partitions[0].Offset != 42 {
 			t.Fatalf("offsets after restart: %v", f)
 		}
 		for _, id := range ids {
-			hb := call[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: id})
+			hb := ask[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: id})
 			if hb.ErrorCode != coordinator.ErrNone {
 				t.Fatalf("heartbeat after restart: %d", hb.ErrorCode)
 			}
@@ -272,21 +272,21 @@ func TestDeleteGroupThenRecreate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := NewMemoryStore()
 		svc := startService(t, store)
-		c := call[*pb.OffsetCommitResponse](t, svc, &pb.OffsetCommitRequest{GroupId: "simple", GenerationId: -1,
+		c := ask[*pb.OffsetCommitResponse](t, svc, &pb.OffsetCommitRequest{GroupId: "simple", GenerationId: -1,
 			Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 3, Offset: 7}}}}})
 		if c.Topics[0].Partitions[0].ErrorCode != coordinator.ErrNone {
 			t.Fatalf("commit: %v", c)
 		}
-		if d := call[*pb.DeleteGroupResponse](t, svc, &pb.DeleteGroupRequest{GroupId: "simple"}); d.ErrorCode != coordinator.ErrNone {
+		if d := ask[*pb.DeleteGroupResponse](t, svc, &pb.DeleteGroupRequest{GroupId: "simple"}); d.ErrorCode != coordinator.ErrNone {
 			t.Fatalf("delete: %v", d)
 		}
-		if d := call[*pb.DeleteGroupResponse](t, svc, &pb.DeleteGroupRequest{GroupId: "simple"}); d.ErrorCode != coordinator.ErrGroupIDNotFound {
+		if d := ask[*pb.DeleteGroupResponse](t, svc, &pb.DeleteGroupRequest{GroupId: "simple"}); d.ErrorCode != coordinator.ErrGroupIDNotFound {
 			t.Fatalf("second delete: %v", d)
 		}
 		if ids, _ := store.Groups(); len(ids) != 0 {
 			t.Fatalf("store still has %v", ids)
 		}
-		f := call[*pb.OffsetFetchResponse](t, svc, &pb.OffsetFetchRequest{GroupId: "simple", Topics: []*pb.TopicPartitions{{Name: "t", Partitions: []int32{3}}}})
+		f := ask[*pb.OffsetFetchResponse](t, svc, &pb.OffsetFetchRequest{GroupId: "simple", Topics: []*pb.TopicPartitions{{Name: "t", Partitions: []int32{3}}}})
 		if f.Topics[0].Partitions[0].Offset != -1 {
 			t.Fatalf("offset after delete: %v", f)
 		}
@@ -312,20 +312,20 @@ func TestStoredGroupsLoadOnStart(t *testing.T) {
 		system.Shutdown()
 
 		svc2 := startService(t, store)
-		l := call[*pb.ListGroupsResponse](t, svc2, &pb.ListGroupsRequest{})
+		l := ask[*pb.ListGroupsResponse](t, svc2, &pb.ListGroupsRequest{})
 		if len(l.Groups) != 1 || l.Groups[0].State != "Stable" {
 			t.Fatalf("list after restart: %v", l)
 		}
 		for range 5 {
 			for _, id := range ids {
-				hb := call[*pb.HeartbeatResponse](t, svc2, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: id})
+				hb := ask[*pb.HeartbeatResponse](t, svc2, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: id})
 				if hb.ErrorCode != coordinator.ErrNone {
 					t.Fatalf("heartbeat after restart: %d", hb.ErrorCode)
 				}
 			}
 			time.Sleep(3 * time.Second)
 		}
-		d := call[*pb.DescribeGroupResponse](t, svc2, &pb.DescribeGroupRequest{GroupId: "g"})
+		d := ask[*pb.DescribeGroupResponse](t, svc2, &pb.DescribeGroupRequest{GroupId: "g"})
 		if d.State != "Stable" || d.GenerationId != gen || len(d.Members) != 3 {
 			t.Fatalf("after restart: %v", d)
 		}

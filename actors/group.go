@@ -19,9 +19,13 @@ type timerFired struct {
 	entry *timerEntry
 }
 
+// timerEntry is one armed timer. Re-arming it later (every heartbeat) only
+// moves deadline; the underlying timer keeps its fire time and, when it fires
+// early, is re-armed for the rest. Re-arming it earlier resets the timer.
 type timerEntry struct {
 	timer    Timer
 	deadline time.Time
+	fireAt   time.Time
 }
 
 // persisted reports the completion of a write.
@@ -72,29 +76,10 @@ func (a *groupActor) active(ctx actor.Context) {
 		a.onStarted(ctx)
 	case *actor.Restarting, *actor.Stopping:
 		a.stopTimers()
-	case *pb.HeartbeatRequest:
-		a.onHeartbeat(ctx, m)
-	case *pb.JoinGroupRequest:
-		a.onJoin(ctx, m)
-	case *pb.SyncGroupRequest:
-		a.g.Sync(a.env.clock.Now(), m, ctx.Sender(), &a.fx)
-		a.execute(ctx)
-	case *pb.LeaveGroupRequest:
-		a.respond(ctx, a.g.Leave(a.env.clock.Now(), m, &a.fx))
-		a.execute(ctx)
-	case *pb.OffsetCommitRequest:
-		a.g.Commit(a.env.clock.Now(), m, ctx.Sender(), &a.fx)
-		a.execute(ctx)
-	case *pb.OffsetFetchRequest:
-		a.respond(ctx, a.g.Fetch(m))
-	case *pb.OffsetDeleteRequest:
-		a.g.OffsetDelete(a.env.clock.Now(), m, ctx.Sender(), &a.fx)
-		a.execute(ctx)
-	case *pb.DescribeGroupRequest:
-		a.respond(ctx, a.g.Describe())
-	case *pb.DeleteGroupRequest:
-		a.g.Delete(a.env.clock.Now(), ctx.Sender(), &a.fx)
-		a.execute(ctx)
+	case *call:
+		a.onRequest(ctx, m.req, m.reply)
+	case groupRequest:
+		a.onRequest(ctx, m, ctx.Sender())
 	case *timerFired:
 		a.onTimer(ctx, m)
 	case *persisted:
@@ -103,6 +88,41 @@ func (a *groupActor) active(ctx actor.Context) {
 			a.execute(ctx)
 		}
 	}
+}
+
+// onRequest runs one native request through the machine; to is where its
+// answer goes (a PID for remote and future-based callers, a channel for
+// local calls).
+func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordinator.ReplyTo) {
+	now := a.env.clock.Now()
+	switch m := req.(type) {
+	case *pb.HeartbeatRequest:
+		code := a.g.Heartbeat(now, m, &a.fx)
+		deliver(ctx, to, &pb.HeartbeatResponse{ErrorCode: code})
+	case *pb.JoinGroupRequest:
+		var newID string
+		if m.GetMemberId() == "" {
+			newID = uuid.NewString()
+		}
+		a.g.Join(now, m, newID, to, &a.fx)
+	case *pb.SyncGroupRequest:
+		a.g.Sync(now, m, to, &a.fx)
+	case *pb.LeaveGroupRequest:
+		deliver(ctx, to, a.g.Leave(now, m, &a.fx))
+	case *pb.OffsetCommitRequest:
+		a.g.Commit(now, m, to, &a.fx)
+	case *pb.OffsetFetchRequest:
+		deliver(ctx, to, a.g.Fetch(m))
+	case *pb.OffsetDeleteRequest:
+		a.g.OffsetDelete(now, m, to, &a.fx)
+	case *pb.DescribeGroupRequest:
+		deliver(ctx, to, a.g.Describe())
+	case *pb.DeleteGroupRequest:
+		a.g.Delete(now, to, &a.fx)
+	default:
+		return
+	}
+	a.execute(ctx)
 }
 
 // dead is the behavior once the group is gone: requests go back to the
@@ -138,21 +158,6 @@ func (a *groupActor) onStarted(ctx actor.Context) {
 	a.execute(ctx)
 }
 
-func (a *groupActor) onHeartbeat(ctx actor.Context, m *pb.HeartbeatRequest) {
-	code := a.g.Heartbeat(a.env.clock.Now(), m, &a.fx)
-	a.respond(ctx, &pb.HeartbeatResponse{ErrorCode: code})
-	a.execute(ctx)
-}
-
-func (a *groupActor) onJoin(ctx actor.Context, m *pb.JoinGroupRequest) {
-	var newID string
-	if m.GetMemberId() == "" {
-		newID = uuid.NewString()
-	}
-	a.g.Join(a.env.clock.Now(), m, newID, ctx.Sender(), &a.fx)
-	a.execute(ctx)
-}
-
 func (a *groupActor) onTimer(ctx actor.Context, m *timerFired) {
 	e := a.timers[m.key]
 	if e != m.entry {
@@ -160,16 +165,28 @@ func (a *groupActor) onTimer(ctx actor.Context, m *timerFired) {
 	}
 	now := a.env.clock.Now()
 	if now.Before(e.deadline) {
-		return // re-armed later after this fire was sent; it fires again
+		// Re-armed later since the timer was set: wait for the rest.
+		e.fireAt = e.deadline
+		e.timer.Reset(e.deadline.Sub(now))
+		return
 	}
 	delete(a.timers, m.key)
 	a.g.OnTimer(now, m.key, &a.fx)
 	a.execute(ctx)
 }
 
-func (a *groupActor) respond(ctx actor.Context, msg proto.Message) {
-	if s := ctx.Sender(); s != nil {
-		ctx.Send(s, msg)
+// deliver sends an answer to a PID or a local call's reply channel.
+func deliver(ctx actor.Context, to coordinator.ReplyTo, msg proto.Message) {
+	switch to := to.(type) {
+	case *actor.PID:
+		if to != nil {
+			ctx.Send(to, msg)
+		}
+	case chan proto.Message:
+		select {
+		case to <- msg:
+		default: // already answered: cannot happen, never block on it
+		}
 	}
 }
 
@@ -178,9 +195,7 @@ func (a *groupActor) execute(ctx actor.Context) {
 	for {
 		fx := &a.fx
 		for _, r := range fx.Replies {
-			if pid, ok := r.To.(*actor.PID); ok && pid != nil {
-				ctx.Send(pid, r.Msg)
-			}
+			deliver(ctx, r.To, r.Msg)
 		}
 		for _, op := range fx.Timers {
 			a.setTimer(op)
@@ -224,10 +239,13 @@ func (a *groupActor) setTimer(op coordinator.TimerOp) {
 	deadline := a.env.clock.Now().Add(op.After)
 	if e != nil {
 		e.deadline = deadline
-		e.timer.Reset(op.After)
+		if deadline.Before(e.fireAt) {
+			e.fireAt = deadline
+			e.timer.Reset(op.After)
+		}
 		return
 	}
-	e = &timerEntry{deadline: deadline}
+	e = &timerEntry{deadline: deadline, fireAt: deadline}
 	key, self, root := op.Key, a.self, a.env.system.Root
 	msg := &timerFired{key: key, entry: e}
 	e.timer = a.env.clock.AfterFunc(op.After, func() { root.Send(self, msg) })

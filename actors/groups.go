@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -25,6 +26,15 @@ type env struct {
 	clock  Clock
 	system *actor.ActorSystem
 	log    *slog.Logger
+	// directory maps group ids to their actors for local calls, which go
+	// straight to the group actor; the router keeps it current.
+	directory sync.Map
+}
+
+// call is a local request: the answer goes to reply (capacity 1).
+type call struct {
+	req   proto.Message
+	reply chan proto.Message
 }
 
 // groupRequest is every native request addressed to one group.
@@ -45,7 +55,7 @@ type groupsActor struct {
 }
 
 type pendingList struct {
-	to  *actor.PID
+	to  coordinator.ReplyTo
 	req *pb.ListGroupsRequest
 }
 
@@ -61,14 +71,12 @@ func (r *groupsActor) Receive(ctx actor.Context) {
 		r.onStarted(ctx)
 	case *actor.Stopping:
 		r.stopping = true
-	case *pb.ListGroupsRequest:
-		if len(r.loading) > 0 {
-			r.lists = append(r.lists, pendingList{to: ctx.Sender(), req: m})
-			return
-		}
-		ctx.Respond(r.listGroups(m))
-	case groupRequest:
-		r.route(ctx, m)
+	case *call:
+		r.onRequest(ctx, m.req, m.reply)
+	case *pb.ListGroupsRequest, groupRequest:
+		r.onRequest(ctx, m.(proto.Message), ctx.Sender())
+	case *stopGone:
+		ctx.Stop(m.pid)
 	case *groupSummary:
 		if r.children[m.id] != nil {
 			r.summaries[m.id] = *m
@@ -78,13 +86,35 @@ func (r *groupsActor) Receive(ctx actor.Context) {
 		if r.children[m.id] == m.pid {
 			r.forget(ctx, m.id)
 		}
-		ctx.Stop(m.pid)
+		// Local callers may still hold the PID for a moment; the dead actor
+		// forwards what they send back here until it is stopped.
+		self := ctx.Self()
+		time.AfterFunc(goneGrace, func() { r.env.system.Root.Send(self, &stopGone{pid: m.pid}) })
 	case *actor.Terminated:
 		r.onTerminated(ctx, m)
 	}
 }
 
+// goneGrace is how long a gone group's actor keeps forwarding requests.
+const goneGrace = 10 * time.Second
+
+type stopGone struct{ pid *actor.PID }
+
+func (r *groupsActor) onRequest(ctx actor.Context, req proto.Message, to coordinator.ReplyTo) {
+	switch m := req.(type) {
+	case *pb.ListGroupsRequest:
+		if len(r.loading) > 0 {
+			r.lists = append(r.lists, pendingList{to: to, req: m})
+			return
+		}
+		deliver(ctx, to, r.listGroups(m))
+	case groupRequest:
+		r.route(ctx, m, to)
+	}
+}
+
 func (r *groupsActor) forget(ctx actor.Context, id string) {
+	r.env.directory.Delete(id)
 	delete(r.children, id)
 	delete(r.summaries, id)
 	r.loaded(ctx, id)
@@ -101,9 +131,7 @@ func (r *groupsActor) loaded(ctx actor.Context, id string) {
 		return
 	}
 	for _, l := range r.lists {
-		if l.to != nil {
-			ctx.Send(l.to, r.listGroups(l.req))
-		}
+		deliver(ctx, l.to, r.listGroups(l.req))
 	}
 	r.lists = nil
 }
@@ -125,21 +153,29 @@ func (r *groupsActor) onStarted(ctx actor.Context) {
 
 func (r *groupsActor) spawn(ctx actor.Context, id string) *actor.PID {
 	props := actor.PropsFromProducer(newGroupActor(id, r.env),
-		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, actor.DefaultDecider)))
+		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, actor.DefaultDecider)),
+		// A group actor runs on the goroutine of whoever sends to it while
+		// it is idle: no goroutine hand-off per request. It never blocks.
+		actor.WithDispatcher(groupDispatcher))
 	pid := ctx.Spawn(props)
 	r.children[id] = pid
+	r.env.directory.Store(id, pid)
 	r.loading[id] = true
 	return pid
 }
 
-func (r *groupsActor) route(ctx actor.Context, m groupRequest) {
+// groupDispatcher processes a group actor's mailbox on the sender's
+// goroutine, up to this many messages before yielding.
+var groupDispatcher = actor.NewSynchronizedDispatcher(300)
+
+func (r *groupsActor) route(ctx actor.Context, m groupRequest, to coordinator.ReplyTo) {
 	id := m.GetGroupId()
 	pid := r.children[id]
 	if pid == nil {
 		resp, create := coordinator.Absent(&r.env.cfg, m)
 		if !create {
 			if resp != nil {
-				ctx.Respond(resp)
+				deliver(ctx, to, resp)
 			}
 			return
 		}

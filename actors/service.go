@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -31,6 +32,47 @@ type Options struct {
 // actor and its group actors.
 type Service struct {
 	*Client
+	env *env
+	// replies recycles the reply channels of local calls.
+	replies sync.Pool
+}
+
+// Call sends a native group request and waits for its answer until ctx's
+// deadline (DefaultCallTimeout without one). A request for a group whose
+// actor exists goes straight to that actor.
+func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, error) {
+	target := s.router
+	if gr, ok := req.(groupRequest); ok {
+		if pid, ok := s.env.directory.Load(gr.GetGroupId()); ok {
+			target = pid.(*actor.PID)
+		}
+	}
+	reply, _ := s.replies.Get().(chan proto.Message)
+	if reply == nil {
+		reply = make(chan proto.Message, 1)
+	}
+	s.system.Root.Send(target, &call{req: req, reply: reply})
+	select {
+	case res := <-reply:
+		s.replies.Put(reply)
+		return res, nil
+	default:
+	}
+	var expired <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		t := time.NewTimer(DefaultCallTimeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case res := <-reply:
+		s.replies.Put(reply)
+		return res, nil
+	case <-ctx.Done():
+	case <-expired:
+	}
+	// The answer may still come: the channel is not reused.
+	return nil, ErrTimeout
 }
 
 // Client sends native group requests to a groups actor, local or remote.
@@ -65,7 +107,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s actor: %w", RouterName, err)
 	}
-	return &Service{Client: NewClient(system, pid)}, nil
+	return &Service{Client: NewClient(system, pid), env: e}, nil
 }
 
 // Router returns the PID of the groups actor.
