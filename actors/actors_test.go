@@ -2,9 +2,9 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
