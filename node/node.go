@@ -19,7 +19,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cohort-coord/cohort/actors"
+	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
+	"github.com/cohort-coord/cohort/kafka"
 )
 
 // Config is a node's configuration.
@@ -30,8 +32,10 @@ type Config struct {
 	// RemoteAddr is where the native group API is served (protoactor remote
 	// over gRPC). Port 0 picks a free port.
 	RemoteAddr string
-	Group      coordinator.Config
-	Logger     *slog.Logger
+	// Kafka configures the Kafka protocol listener.
+	Kafka  kafka.Config
+	Group  coordinator.Config
+	Logger *slog.Logger
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -39,6 +43,7 @@ func DefaultConfig() Config {
 	return Config{
 		DataDir:    "cohort-data",
 		RemoteAddr: "127.0.0.1:8090",
+		Kafka:      kafka.DefaultConfig(),
 		Group:      coordinator.DefaultConfig(),
 	}
 }
@@ -51,6 +56,20 @@ func (c Config) Validate() error {
 	}
 	if err := validateAddr(c.RemoteAddr); err != nil {
 		errs = append(errs, fmt.Errorf("remote addr: %w", err))
+	}
+	if err := validateAddr(c.Kafka.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("kafka addr: %w", err))
+	}
+	if c.Kafka.AdvertisedAddr != "" {
+		if err := validateAddr(c.Kafka.AdvertisedAddr); err != nil {
+			errs = append(errs, fmt.Errorf("kafka advertised addr: %w", err))
+		}
+	}
+	if c.Kafka.MaxRequestBytes <= 0 {
+		errs = append(errs, fmt.Errorf("max request bytes must be positive, got %d", c.Kafka.MaxRequestBytes))
+	}
+	if c.Kafka.DefaultPartitions <= 0 {
+		errs = append(errs, fmt.Errorf("default partitions must be positive, got %d", c.Kafka.DefaultPartitions))
 	}
 	if err := c.Group.Validate(); err != nil {
 		errs = append(errs, err)
@@ -80,6 +99,10 @@ type Node struct {
 	system     *actor.ActorSystem
 	remote     *remote.Remote
 	service    *actors.Service
+	topics     *catalog.Catalog
+	kafka      *kafka.Listener
+	stopKafka  context.CancelFunc
+	kafkaDone  chan error
 	lock       *os.File
 	remoteAddr string
 }
@@ -113,8 +136,23 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	log.Info("listening", "listener", "remote", "addr", n.remoteAddr, "actor", actors.RouterName)
+	n.topics = catalog.New()
+	if n.kafka, err = kafka.New(cfg.Kafka, n.service, n.topics, log.With("component", "kafka")); err != nil {
+		return nil, err
+	}
+	var kctx context.Context
+	kctx, n.stopKafka = context.WithCancel(context.Background())
+	n.kafkaDone = make(chan error, 1)
+	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
+	log.Info("listening", "listener", "kafka", "addr", n.kafka.Addr().String())
 	return n, nil
 }
+
+// KafkaAddr returns the address the Kafka listener is bound to.
+func (n *Node) KafkaAddr() string { return n.kafka.Addr().String() }
+
+// Topics returns the topic catalog.
+func (n *Node) Topics() *catalog.Catalog { return n.topics }
 
 func (n *Node) startRemote() (err error) {
 	host, portStr, _ := net.SplitHostPort(n.cfg.RemoteAddr)
@@ -165,8 +203,14 @@ func (n *Node) Service() *actors.Service { return n.service }
 // RemoteAddr returns the address the native API listens on.
 func (n *Node) RemoteAddr() string { return n.remoteAddr }
 
-// Close stops the node: group actors first, then the listeners.
+// Close stops the node: the Kafka listener first (no new requests), then the
+// group actors, then the native API.
 func (n *Node) Close() error {
+	if n.stopKafka != nil {
+		n.stopKafka()
+		<-n.kafkaDone
+		n.stopKafka = nil
+	}
 	if n.service != nil {
 		n.service.Stop()
 		n.service = nil

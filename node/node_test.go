@@ -27,6 +27,7 @@ func startNode(t *testing.T) *Node {
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.RemoteAddr = "127.0.0.1:0"
+	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Group.InitialRebalanceDelay = 0
 	cfg.Logger = quiet()
 	n, err := Start(cfg)

@@ -50,6 +50,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node's durable state")
 	fs.StringVar(&cfg.RemoteAddr, "remote-addr", cfg.RemoteAddr, "host:port of the native group API (protoactor remote); port 0 picks a free port")
+	k := &cfg.Kafka
+	fs.StringVar(&k.Addr, "kafka-addr", k.Addr, "host:port of the Kafka protocol listener; port 0 picks a free port")
+	fs.StringVar(&k.AdvertisedAddr, "kafka-advertised-addr", k.AdvertisedAddr, "host:port that Metadata and FindCoordinator tell clients (default: the bound address)")
+	maxReq := int64(k.MaxRequestBytes)
+	fs.Int64Var(&maxReq, "max-request-bytes", maxReq, "largest Kafka request accepted; a bigger one closes its connection")
+	fs.BoolVar(&k.AutoCreateTopics, "auto-create-topics", k.AutoCreateTopics, "create topics that clients ask for in Metadata (auto.create.topics.enable)")
+	parts := int64(k.DefaultPartitions)
+	fs.Int64Var(&parts, "default-partitions", parts, "partitions of auto-created topics (num.partitions)")
 	g := &cfg.Group
 	fs.DurationVar(&g.MinSessionTimeout, "group-min-session-timeout", g.MinSessionTimeout, "smallest session timeout a member may ask for (group.min.session.timeout.ms)")
 	fs.DurationVar(&g.MaxSessionTimeout, "group-max-session-timeout", g.MaxSessionTimeout, "largest session timeout a member may ask for (group.max.session.timeout.ms)")
@@ -83,5 +91,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	if err := errors.Join(errs...); err != nil {
 		return cfg, level, err
 	}
+	if maxReq <= 0 || maxReq > 1<<31-1 || parts <= 0 || parts > 1<<31-1 {
+		return cfg, level, fmt.Errorf("max request bytes (%d) and default partitions (%d) must be positive 32-bit numbers", maxReq, parts)
+	}
+	k.MaxRequestBytes, k.DefaultPartitions = int32(maxReq), int32(parts)
 	return cfg, level, cfg.Validate()
 }
