@@ -540,6 +540,62 @@ func (*Record_GroupTombstone) isRecord_Kind() {}
 
 func (*Record_OffsetTombstone) isRecord_Kind() {}
 
+// WriteFence makes a write conditional on the group's durable state: the
+// stored group must be at this generation and have this member. It is checked
+// again where the write is applied, so a write validated against a stale
+// generation is refused identically everywhere.
+type WriteFence struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generation    int32                  `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	MemberId      string                 `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFence) Reset() {
+	*x = WriteFence{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFence) ProtoMessage() {}
+
+func (x *WriteFence) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFence.ProtoReflect.Descriptor instead.
+func (*WriteFence) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *WriteFence) GetGeneration() int32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *WriteFence) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
 var File_cohort_group_v1_records_proto protoreflect.FileDescriptor
 
 const file_cohort_group_v1_records_proto_rawDesc = "" +
@@ -590,7 +646,13 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x12J\n" +
 	"\x0fgroup_tombstone\x18\x03 \x01(\v2\x1f.cohort.group.v1.GroupTombstoneH\x00R\x0egroupTombstone\x12M\n" +
 	"\x10offset_tombstone\x18\x04 \x01(\v2 .cohort.group.v1.OffsetTombstoneH\x00R\x0foffsetTombstoneB\x06\n" +
-	"\x04kindB>Z<github.com/cohort-coord/cohort/proto/cohort/group/v1;grouppbb\x06proto3"
+	"\x04kind\"I\n" +
+	"\n" +
+	"WriteFence\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x05R\n" +
+	"generation\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberIdB>Z<github.com/cohort-coord/cohort/proto/cohort/group/v1;grouppbb\x06proto3"
 
 var (
 	file_cohort_group_v1_records_proto_rawDescOnce sync.Once
@@ -604,7 +666,7 @@ func file_cohort_group_v1_records_proto_rawDescGZIP() []byte {
 	return file_cohort_group_v1_records_proto_rawDescData
 }
 
-var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_cohort_group_v1_records_proto_goTypes = []any{
 	(*MemberRecord)(nil),    // 0: cohort.group.v1.MemberRecord
 	(*GroupRecord)(nil),     // 1: cohort.group.v1.GroupRecord
@@ -612,6 +674,7 @@ var file_cohort_group_v1_records_proto_goTypes = []any{
 	(*GroupTombstone)(nil),  // 3: cohort.group.v1.GroupTombstone
 	(*OffsetTombstone)(nil), // 4: cohort.group.v1.OffsetTombstone
 	(*Record)(nil),          // 5: cohort.group.v1.Record
+	(*WriteFence)(nil),      // 6: cohort.group.v1.WriteFence
 }
 var file_cohort_group_v1_records_proto_depIdxs = []int32{
 	0, // 0: cohort.group.v1.GroupRecord.members:type_name -> cohort.group.v1.MemberRecord
@@ -645,7 +708,7 @@ func file_cohort_group_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_group_v1_records_proto_rawDesc), len(file_cohort_group_v1_records_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
