@@ -65,6 +65,9 @@ type TimerOp struct {
 type Persist struct {
 	Token   uint64
 	Records []*pb.Record
+	// Fence, when set, makes the write conditional on the stored group being
+	// at that generation with that member (offset commits of a generation).
+	Fence *pb.WriteFence
 }
 
 // Effects collects what one call asks its owner to do. Reuse one value and

@@ -41,6 +41,8 @@ var (
 	ErrStoreUnavailable = errors.New("store: unavailable")
 	// ErrRecordTooLarge: the record exceeds the configured maximum size.
 	ErrRecordTooLarge = errors.New("store: record too large")
+	// ErrStoreFenced: the write's fence did not match the stored group.
+	ErrStoreFenced = errors.New("store: write fenced by a newer group state")
 )
 
 // groupWriteError maps a failed group-metadata write to the code Kafka's
@@ -76,6 +78,8 @@ func offsetWriteError(err error) int32 {
 		return ErrCoordinatorNotAvailable
 	case errors.Is(err, ErrRecordTooLarge):
 		return ErrInvalidCommitOffsetSize
+	case errors.Is(err, ErrStoreFenced):
+		return ErrIllegalGeneration
 	default:
 		return ErrUnknownServerError
 	}

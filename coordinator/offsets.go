@@ -68,6 +68,9 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 		return
 	}
 	g.persist(fx, op, recs...)
+	if gen := req.GetGenerationId(); gen >= 0 {
+		fx.Persists[len(fx.Persists)-1].Fence = &pb.WriteFence{Generation: gen, MemberId: req.GetMemberId()}
+	}
 }
 
 // validateCommit is Kafka's validateOffsetCommit for an existing group.
