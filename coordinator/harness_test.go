@@ -139,7 +139,7 @@ func (h *harness) release(err error) {
 // advance moves the clock forward by d, firing due timers in deadline order.
 func (h *harness) advance(d time.Duration) {
 	target := h.now.Add(d)
-	sameInstant := 0
+	sameInstant, fires := 0, 0
 	for {
 		var key TimerKey
 		var at time.Time
@@ -156,6 +156,11 @@ func (h *harness) advance(d time.Duration) {
 			break
 		}
 		delete(h.timers, key)
+		if fires++; fires > 50_000 {
+			// Far more than the periodic timers of any group over the
+			// longest advance a test makes: something re-arms too eagerly.
+			h.t.Fatalf("%d timer fires in one advance of %v; last %v/%q at %v", fires, d, key.Kind, key.Member, at.Sub(t0))
+		}
 		if at.Equal(h.now) {
 			// A timer re-armed with no delay on every fire would spin forever.
 			if sameInstant++; sameInstant > 10_000 {
