@@ -1,0 +1,100 @@
+package coordinator
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+// BenchmarkHeartbeat is one heartbeat of a Stable member with a reused
+// Effects: it must not allocate.
+func BenchmarkHeartbeat(b *testing.B) {
+	cfg := DefaultConfig()
+	g := Restore(&cfg, stableRecord(10), nil, t0)
+	var fx Effects
+	g.Start(t0, &fx)
+	req := &pb.HeartbeatRequest{GroupId: "g", MemberId: "m3", GenerationId: 5}
+	now := t0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		fx.Reset()
+		now = now.Add(time.Millisecond)
+		if code := g.Heartbeat(now, req, &fx); code != ErrNone {
+			b.Fatalf("heartbeat %d", code)
+		}
+	}
+	if len(fx.Timers) != 1 || fx.Timers[0].Key != memberKey("m3") {
+		b.Fatalf("effects %v", fx.Timers)
+	}
+}
+
+// TestHeartbeatDoesNotAllocate keeps the zero-allocation property checked by
+// plain test runs.
+func TestHeartbeatDoesNotAllocate(t *testing.T) {
+	cfg := DefaultConfig()
+	g := Restore(&cfg, stableRecord(10), nil, t0)
+	var fx Effects
+	g.Start(t0, &fx)
+	req := &pb.HeartbeatRequest{GroupId: "g", MemberId: "m3", GenerationId: 5}
+	allocs := testing.AllocsPerRun(1000, func() {
+		fx.Reset()
+		g.Heartbeat(t0, req, &fx)
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per heartbeat", allocs)
+	}
+}
+
+// BenchmarkJoin1000: 1,000 JoinGroup v3 members join an Empty group (initial
+// delay 0), the join timer fires, the leader syncs: time to Stable.
+func BenchmarkJoin1000(b *testing.B) {
+	const n = 1000
+	cfg := DefaultConfig()
+	cfg.InitialRebalanceDelay = 0
+	reqs := make([]*pb.JoinGroupRequest, n)
+	suffixes := make([]string, n)
+	handles := make([]ReplyTo, n)
+	for i := range n {
+		reqs[i] = &pb.JoinGroupRequest{GroupId: "g", ApiVersion: 3, ClientId: "consumer", SessionTimeoutMs: 45_000, RebalanceTimeoutMs: 300_000,
+			ProtocolType: "consumer", Protocols: []*pb.Protocol{{Name: "range", Metadata: consumerMeta("orders", "payments")}}}
+		suffixes[i] = fmt.Sprintf("%08d", i)
+		handles[i] = i
+	}
+	assignments := make([]*pb.SyncGroupAssignment, n)
+	for i := range n {
+		assignments[i] = &pb.SyncGroupAssignment{MemberId: "consumer-" + suffixes[i], Assignment: []byte{0, 0, 0, 0, 0, 1, 0, 6, 'o', 'r', 'd', 'e', 'r', 's', 0, 0, 0, 1, 0, 0, 0, byte(i % 64)}}
+	}
+	sync := &pb.SyncGroupRequest{GroupId: "g", GenerationId: 1, MemberId: "consumer-" + suffixes[0], Assignments: assignments}
+	var fx Effects
+	b.ReportAllocs()
+	for b.Loop() {
+		g := New("g", &cfg, t0)
+		fx.Reset()
+		g.Start(t0, &fx)
+		for i := range n {
+			fx.Reset()
+			g.Join(t0, reqs[i], suffixes[i], handles[i], &fx)
+		}
+		for g.State() == PreparingRebalance {
+			fx.Reset()
+			g.OnTimer(t0, TimerKey{Kind: TimerJoin}, &fx)
+		}
+		if g.State() != CompletingRebalance || len(fx.Replies) != n {
+			b.Fatalf("state %v, %d join answers", g.State(), len(fx.Replies))
+		}
+		fx.Reset()
+		g.Sync(t0, sync, -1, &fx)
+		if len(fx.Persists) != 1 {
+			b.Fatalf("persists %d", len(fx.Persists))
+		}
+		tok := fx.Persists[0].Token
+		fx.Reset()
+		g.OnPersisted(t0, tok, nil, &fx)
+		if g.State() != Stable || g.NumMembers() != n {
+			b.Fatalf("state %v with %d members", g.State(), g.NumMembers())
+		}
+	}
+}
