@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
+	"github.com/cohort-coord/cohort/raftfsm"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -128,7 +129,7 @@ func formGroup(t *testing.T, svc *Service, group string, n int) ([]string, int32
 
 func TestGroupFormsThroughActors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		svc := startService(t, NewMemoryStore())
+		svc := startService(t, raftfsm.NewMemoryStore())
 		ids, gen := formGroup(t, svc, "g1", 3)
 		if gen != 1 {
 			t.Fatalf("generation %d, want 1", gen)
@@ -160,7 +161,7 @@ func TestGroupFormsThroughActors(t *testing.T) {
 // firing through the actor, after its session timeout.
 func TestSessionTimerFiresThroughActor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		svc := startService(t, NewMemoryStore())
+		svc := startService(t, raftfsm.NewMemoryStore())
 		ids, gen := formGroup(t, svc, "g", 2)
 		live, dead := ids[0], ids[1]
 		start := time.Now()
@@ -188,7 +189,7 @@ func TestSessionTimerFiresThroughActor(t *testing.T) {
 // within the rebalance timeout is evicted and the group completes.
 func TestRebalanceTimeoutEvictsThroughActor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		svc := startService(t, NewMemoryStore())
+		svc := startService(t, raftfsm.NewMemoryStore())
 		ids, gen := formGroup(t, svc, "g", 2)
 		start := time.Now()
 		// ids[0] re-joins (leader or follower with changed metadata forces a rebalance).
@@ -217,22 +218,22 @@ func TestRebalanceTimeoutEvictsThroughActor(t *testing.T) {
 // panicStore panics on the next Append of the armed group: the actor crashes
 // in the middle of executing effects.
 type panicStore struct {
-	*MemoryStore
+	*raftfsm.MemoryStore
 	armed atomic.Bool
 }
 
-func (s *panicStore) Append(groupID string, recs []*pb.Record, done func(error)) {
+func (s *panicStore) Append(groupID string, recs []*pb.Record, fence *pb.WriteFence, done func(error)) {
 	if s.armed.CompareAndSwap(true, false) {
 		panic("injected store failure")
 	}
-	s.MemoryStore.Append(groupID, recs, done)
+	s.MemoryStore.Append(groupID, recs, fence, done)
 }
 
 // An actor panic does not take the process down; the restarted actor
 // rebuilds the group from the store.
 func TestPanicRestartsActorFromStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &panicStore{MemoryStore: NewMemoryStore()}
+		store := &panicStore{MemoryStore: raftfsm.NewMemoryStore()}
 		svc := startService(t, store)
 		ids, gen := formGroup(t, svc, "g", 2)
 		c := ask[*pb.OffsetCommitResponse](t, svc, &pb.OffsetCommitRequest{GroupId: "g", GenerationId: gen, MemberId: ids[0],
@@ -270,7 +271,7 @@ func TestPanicRestartsActorFromStore(t *testing.T) {
 // Deleting an Empty group stops its actor; the id then names a new group.
 func TestDeleteGroupThenRecreate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := NewMemoryStore()
+		store := raftfsm.NewMemoryStore()
 		svc := startService(t, store)
 		c := ask[*pb.OffsetCommitResponse](t, svc, &pb.OffsetCommitRequest{GroupId: "simple", GenerationId: -1,
 			Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 3, Offset: 7}}}}})
@@ -301,7 +302,7 @@ func TestDeleteGroupThenRecreate(t *testing.T) {
 // same generation, and members keep heartbeating without a rebalance.
 func TestStoredGroupsLoadOnStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := NewMemoryStore()
+		store := raftfsm.NewMemoryStore()
 		system := actor.NewActorSystem(quietLogs())
 		svc, err := Start(system, Options{Config: testConfig(), Store: store, Logger: quietLogger()})
 		if err != nil {
@@ -328,6 +329,58 @@ func TestStoredGroupsLoadOnStart(t *testing.T) {
 		d := ask[*pb.DescribeGroupResponse](t, svc2, &pb.DescribeGroupRequest{GroupId: "g"})
 		if d.State != "Stable" || d.GenerationId != gen || len(d.Members) != 3 {
 			t.Fatalf("after restart: %v", d)
+		}
+	})
+}
+
+// A fenced service (a node that is not the Raft leader) answers
+// NOT_COORDINATOR; activated it serves the stored groups with fresh session
+// timers; deactivated, parked requests are answered NOT_COORDINATOR.
+func TestActivateAndDeactivate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := raftfsm.NewMemoryStore()
+		seed := startService(t, store)
+		ids, gen := formGroup(t, seed, "g", 2)
+		seed.Stop()
+
+		system := actor.NewActorSystem(quietLogs())
+		svc, err := Start(system, Options{Config: testConfig(), Store: store, Logger: quietLogger(), Fenced: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { svc.Stop(); system.Shutdown() })
+		hb := &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: ids[0]}
+		if r := ask[*pb.HeartbeatResponse](t, svc, hb); r.ErrorCode != coordinator.ErrNotCoordinator {
+			t.Fatalf("fenced heartbeat: %d", r.ErrorCode)
+		}
+		if err := svc.Activate(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if r := ask[*pb.HeartbeatResponse](t, svc, hb); r.ErrorCode != coordinator.ErrNone {
+			t.Fatalf("active heartbeat: %d", r.ErrorCode)
+		}
+		// A follower's metadata change parks a JoinGroup (rebalance); deactivation answers it.
+		req := joinReq("g", "c1", ids[1])
+		req.Protocols[0].Metadata = []byte{0, 0, 0, 0, 0, 9}
+		done := make(chan *pb.JoinGroupResponse)
+		go func() { done <- ask[*pb.JoinGroupResponse](t, svc, req) }()
+		synctest.Wait()
+		if err := svc.Deactivate(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-done; r.ErrorCode != coordinator.ErrNotCoordinator || r.MemberId != ids[1] {
+			t.Fatalf("parked join after deactivate: %v", r)
+		}
+		if r := ask[*pb.HeartbeatResponse](t, svc, hb); r.ErrorCode != coordinator.ErrNotCoordinator {
+			t.Fatalf("heartbeat after deactivate: %d", r.ErrorCode)
+		}
+		// Activated again, the group is back at the stored generation.
+		if err := svc.Activate(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		d := ask[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g"})
+		if d.State != "Stable" || d.GenerationId != gen || len(d.Members) != 2 {
+			t.Fatalf("after re-activation: %v", d)
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
+	"github.com/cohort-coord/cohort/raftfsm"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -25,8 +26,8 @@ func cpuTime() time.Duration {
 
 // stableStore returns a store holding groups x members Stable groups, as a
 // coordinator finds them after a restart.
-func stableStore(groups, members int) *MemoryStore {
-	s := NewMemoryStore()
+func stableStore(groups, members int) *raftfsm.MemoryStore {
+	s := raftfsm.NewMemoryStore()
 	for g := range groups {
 		gid := fmt.Sprintf("group-%d", g)
 		rec := &pb.GroupRecord{GroupId: gid, ProtocolType: "consumer", Generation: 1, ProtocolName: strPtr("range")}
@@ -38,7 +39,7 @@ func stableStore(groups, members int) *MemoryStore {
 			})
 		}
 		rec.Leader = strPtr(rec.Members[0].MemberId)
-		s.Append(gid, []*pb.Record{{Kind: &pb.Record_Group{Group: rec}}}, func(error) {})
+		s.Append(gid, []*pb.Record{{Kind: &pb.Record_Group{Group: rec}}}, nil, func(error) {})
 	}
 	return s
 }

@@ -74,8 +74,10 @@ func (a *groupActor) active(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.onStarted(ctx)
-	case *actor.Restarting, *actor.Stopping:
+	case *actor.Restarting:
 		a.stopTimers()
+	case *actor.Stopping:
+		a.onStopping(ctx)
 	case *call:
 		a.onRequest(ctx, m.req, m.reply)
 	case groupRequest:
@@ -222,7 +224,7 @@ func (a *groupActor) execute(ctx actor.Context) {
 
 func (a *groupActor) persist(p coordinator.Persist) {
 	self, root, token := a.self, a.env.system.Root, p.Token
-	a.env.store.Append(a.id, p.Records, func(err error) {
+	a.env.store.Append(a.id, p.Records, p.Fence, func(err error) {
 		root.Send(self, &persisted{incarnation: a, token: token, err: err})
 	})
 }
@@ -250,6 +252,19 @@ func (a *groupActor) setTimer(op coordinator.TimerOp) {
 	msg := &timerFired{key: key, entry: e}
 	e.timer = a.env.clock.AfterFunc(op.After, func() { root.Send(self, msg) })
 	a.timers[op.Key] = e
+}
+
+// onStopping unloads the group (the node stopped coordinating): parked
+// requests and waiting writes are answered NOT_COORDINATOR.
+func (a *groupActor) onStopping(ctx actor.Context) {
+	if a.g != nil && a.g.State() != coordinator.Dead {
+		a.g.Unload(a.env.clock.Now(), &a.fx)
+		for _, r := range a.fx.Replies {
+			deliver(ctx, r.To, r.Msg)
+		}
+		a.fx.Reset()
+	}
+	a.stopTimers()
 }
 
 func (a *groupActor) stopTimers() {

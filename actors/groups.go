@@ -52,6 +52,8 @@ type groupsActor struct {
 	loading  map[string]bool
 	lists    []pendingList
 	stopping bool
+	active   bool // activate on start
+	behavior actor.Behavior
 }
 
 type pendingList struct {
@@ -59,16 +61,60 @@ type pendingList struct {
 	req *pb.ListGroupsRequest
 }
 
-func newGroupsActor(e *env) actor.Producer {
+func newGroupsActor(e *env, active bool) actor.Producer {
 	return func() actor.Actor {
-		return &groupsActor{env: e, children: map[string]*actor.PID{}, summaries: map[string]groupSummary{}, loading: map[string]bool{}}
+		r := &groupsActor{env: e, children: map[string]*actor.PID{}, summaries: map[string]groupSummary{}, loading: map[string]bool{}, active: active}
+		r.behavior = actor.NewBehavior()
+		r.behavior.Become(r.fenced)
+		return r
 	}
 }
 
-func (r *groupsActor) Receive(ctx actor.Context) {
+// activate and deactivate switch the router between coordinating groups
+// (active) and answering NOT_COORDINATOR (fenced); they are answered with
+// themselves once done.
+type (
+	activate   struct{}
+	deactivate struct{}
+)
+
+func (r *groupsActor) Receive(ctx actor.Context) { r.behavior.Receive(ctx) }
+
+// fenced is the behavior while this node does not coordinate groups.
+func (r *groupsActor) fenced(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		r.onStarted(ctx)
+		if r.active {
+			r.onActivate(ctx)
+		}
+	case *activate:
+		r.onActivate(ctx)
+		ctx.Respond(m)
+	case *deactivate:
+		ctx.Respond(m)
+	case *stopGone:
+		ctx.Stop(m.pid)
+	case *call:
+		deliver(ctx, m.reply, coordinator.NotCoordinator(m.req, coordinator.ErrNotCoordinator))
+	case *pb.ListGroupsRequest, groupRequest:
+		deliver(ctx, ctx.Sender(), coordinator.NotCoordinator(m.(proto.Message), coordinator.ErrNotCoordinator))
+	}
+}
+
+func (r *groupsActor) onActivate(ctx actor.Context) {
+	r.stopping = false
+	r.behavior.Become(r.serving)
+	r.loadStored(ctx)
+}
+
+// serving is the behavior while this node coordinates groups.
+func (r *groupsActor) serving(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *activate:
+		ctx.Respond(m)
+	case *deactivate:
+		r.onDeactivate(ctx)
+		ctx.Respond(m)
 	case *actor.Stopping:
 		r.stopping = true
 	case *call:
@@ -136,9 +182,27 @@ func (r *groupsActor) loaded(ctx actor.Context, id string) {
 	r.lists = nil
 }
 
-// onStarted starts an actor for every stored group, so that ListGroups sees
+// onDeactivate stops every group actor (each answers its parked requests
+// NOT_COORDINATOR) and forgets them.
+func (r *groupsActor) onDeactivate(ctx actor.Context) {
+	r.stopping = true
+	for id, pid := range r.children {
+		r.env.directory.Delete(id)
+		ctx.Stop(pid)
+	}
+	clear(r.children)
+	clear(r.summaries)
+	clear(r.loading)
+	for _, l := range r.lists {
+		deliver(ctx, l.to, coordinator.NotCoordinator(l.req, coordinator.ErrNotCoordinator))
+	}
+	r.lists = nil
+	r.behavior.Become(r.fenced)
+}
+
+// loadStored starts an actor for every stored group, so that ListGroups sees
 // them and their timers (session expiry, offset retention) run.
-func (r *groupsActor) onStarted(ctx actor.Context) {
+func (r *groupsActor) loadStored(ctx actor.Context) {
 	ids, err := r.env.store.Groups()
 	if err != nil {
 		panic("list stored groups: " + err.Error())

@@ -23,7 +23,10 @@ const DefaultCallTimeout = 30 * time.Second
 // Options configure a Service.
 type Options struct {
 	Config coordinator.Config
-	Store  Store        // default: a new MemoryStore
+	Store  Store // required
+	// Fenced starts the service answering NOT_COORDINATOR until Activate
+	// (a Raft node that is not the leader yet). By default it serves at once.
+	Fenced bool
 	Clock  Clock        // default: SystemClock
 	Logger *slog.Logger // default: slog.Default()
 }
@@ -34,7 +37,8 @@ type Service struct {
 	*Client
 	env *env
 	// replies recycles the reply channels of local calls.
-	replies sync.Pool
+	replies  sync.Pool
+	stopOnce sync.Once
 }
 
 // Call sends a native group request and waits for its answer until ctx's
@@ -95,7 +99,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	}
 	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger}
 	if e.store == nil {
-		e.store = NewMemoryStore()
+		return nil, errors.New("actors: a store is required")
 	}
 	if e.clock == nil {
 		e.clock = SystemClock{}
@@ -103,7 +107,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	pid, err := system.Root.SpawnNamed(actor.PropsFromProducer(newGroupsActor(e)), RouterName)
+	pid, err := system.Root.SpawnNamed(actor.PropsFromProducer(newGroupsActor(e, !opts.Fenced)), RouterName)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s actor: %w", RouterName, err)
 	}
@@ -137,7 +141,22 @@ func (c *Client) Call(ctx context.Context, req proto.Message) (proto.Message, er
 	return msg, nil
 }
 
+// Activate makes the service coordinate groups: every stored group is
+// loaded into its actor with fresh session timers. It returns once the
+// groups actor has switched.
+func (s *Service) Activate(timeout time.Duration) error {
+	_, err := s.system.Root.RequestFuture(s.router, &activate{}, timeout).Result()
+	return err
+}
+
+// Deactivate stops coordinating: group actors stop (parked requests are
+// answered NOT_COORDINATOR) and every request is answered NOT_COORDINATOR.
+func (s *Service) Deactivate(timeout time.Duration) error {
+	_, err := s.system.Root.RequestFuture(s.router, &deactivate{}, timeout).Result()
+	return err
+}
+
 // Stop stops the groups actor and its group actors.
 func (s *Service) Stop() {
-	_ = s.system.Root.StopFuture(s.router).Wait()
+	s.stopOnce.Do(func() { _ = s.system.Root.StopFuture(s.router).Wait() })
 }

@@ -1,36 +1,28 @@
-package actors
+package raftfsm
 
 import (
 	"cmp"
+	"fmt"
+	"io"
 	"slices"
 	"sync"
 
+	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cohort-coord/cohort/coordinator"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 )
 
-// Store keeps the durable records of every group.
-type Store interface {
-	// Append writes recs, in order, for one group and then calls done exactly
-	// once, from any goroutine, with nil or an error wrapping one of the
-	// coordinator's store sentinel errors. Appends of one group are applied in
-	// call order.
-	Append(groupID string, recs []*pb.Record, done func(error))
-	// Load returns a group's durable state. A nil record and no offsets mean
-	// the store knows nothing of the group.
-	Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error)
-	// Groups lists every group the store knows, sorted.
-	Groups() ([]string, error)
+// State is the durable state of every group: its latest group record and
+// its committed offsets. Applying writes to it is deterministic: no clock, no
+// randomness, and no map iteration decides anything.
+type State struct {
+	groups map[string]*groupEntry
 }
 
-// MemoryStore is a Store in memory. Records are cloned on the way in and out.
-type MemoryStore struct {
-	mu     sync.Mutex
-	groups map[string]*memGroup
-}
-
-type memGroup struct {
+type groupEntry struct {
 	rec     *pb.GroupRecord
 	offsets map[offsetKey]*pb.OffsetRecord
 }
@@ -40,37 +32,41 @@ type offsetKey struct {
 	partition int32
 }
 
-// NewMemoryStore returns an empty MemoryStore.
-func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{groups: map[string]*memGroup{}}
-}
+// NewState returns an empty State.
+func NewState() *State { return &State{groups: map[string]*groupEntry{}} }
 
-// Append applies recs and calls done(nil) before returning.
-func (s *MemoryStore) Append(groupID string, recs []*pb.Record, done func(error)) {
-	s.mu.Lock()
-	for _, r := range recs {
-		s.apply(r)
-	}
-	s.mu.Unlock()
-	done(nil)
-}
-
-func (s *MemoryStore) group(id string) *memGroup {
+func (s *State) entry(id string) *groupEntry {
 	g := s.groups[id]
 	if g == nil {
-		g = &memGroup{offsets: map[offsetKey]*pb.OffsetRecord{}}
+		g = &groupEntry{offsets: map[offsetKey]*pb.OffsetRecord{}}
 		s.groups[id] = g
 	}
 	return g
 }
 
-func (s *MemoryStore) apply(r *pb.Record) {
+// ApplyWrite applies one group write, or refuses all of it with an error
+// wrapping coordinator.ErrStoreFenced when its fence does not match.
+func (s *State) ApplyWrite(w *raftpb.GroupWrite) error {
+	if f := w.GetFence(); f != nil {
+		g := s.groups[w.GetGroupId()]
+		if g == nil || g.rec == nil || g.rec.GetGeneration() != f.GetGeneration() ||
+			!slices.ContainsFunc(g.rec.GetMembers(), func(m *pb.MemberRecord) bool { return m.GetMemberId() == f.GetMemberId() }) {
+			return fmt.Errorf("group %q generation %d member %q: %w", w.GetGroupId(), f.GetGeneration(), f.GetMemberId(), coordinator.ErrStoreFenced)
+		}
+	}
+	for _, r := range w.GetRecords() {
+		s.applyRecord(r)
+	}
+	return nil
+}
+
+func (s *State) applyRecord(r *pb.Record) {
 	switch k := r.GetKind().(type) {
 	case *pb.Record_Group:
-		s.group(k.Group.GetGroupId()).rec = proto.CloneOf(k.Group)
+		s.entry(k.Group.GetGroupId()).rec = k.Group
 	case *pb.Record_Offset:
 		o := k.Offset
-		s.group(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = proto.CloneOf(o)
+		s.entry(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = o
 	case *pb.Record_GroupTombstone:
 		if g := s.groups[k.GroupTombstone.GetGroupId()]; g != nil {
 			g.rec = nil
@@ -85,42 +81,111 @@ func (s *MemoryStore) apply(r *pb.Record) {
 	}
 }
 
-func (s *MemoryStore) forgetIfEmpty(id string) {
+func (s *State) forgetIfEmpty(id string) {
 	if g := s.groups[id]; g != nil && g.rec == nil && len(g.offsets) == 0 {
 		delete(s.groups, id)
 	}
 }
 
-// Load implements Store.
-func (s *MemoryStore) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// Load returns copies of a group's record and offsets (sorted); nil and none
+// when the group is unknown.
+func (s *State) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord) {
 	g := s.groups[groupID]
 	if g == nil {
-		return nil, nil, nil
+		return nil, nil
 	}
 	offsets := make([]*pb.OffsetRecord, 0, len(g.offsets))
-	for _, o := range g.offsets {
+	for _, o := range g.sortedOffsets() {
 		offsets = append(offsets, proto.CloneOf(o))
 	}
-	slices.SortFunc(offsets, func(a, b *pb.OffsetRecord) int {
-		return cmp.Or(cmp.Compare(a.GetTopic(), b.GetTopic()), cmp.Compare(a.GetPartition(), b.GetPartition()))
-	})
 	var rec *pb.GroupRecord
 	if g.rec != nil {
 		rec = proto.CloneOf(g.rec)
 	}
-	return rec, offsets, nil
+	return rec, offsets
 }
 
-// Groups implements Store.
-func (s *MemoryStore) Groups() ([]string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (g *groupEntry) sortedOffsets() []*pb.OffsetRecord {
+	out := make([]*pb.OffsetRecord, 0, len(g.offsets))
+	for _, o := range g.offsets {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b *pb.OffsetRecord) int {
+		return cmp.Or(cmp.Compare(a.GetTopic(), b.GetTopic()), cmp.Compare(a.GetPartition(), b.GetPartition()))
+	})
+	return out
+}
+
+// Groups lists every known group id, sorted.
+func (s *State) Groups() []string {
 	ids := make([]string, 0, len(s.groups))
 	for id := range s.groups {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	return ids, nil
+	return ids
+}
+
+// writeTo writes the state as length-delimited snapshot records, groups in
+// id order, each group's record before its offsets in (topic, partition)
+// order.
+func (s *State) writeTo(w io.Writer) error {
+	for _, id := range s.Groups() {
+		g := s.groups[id]
+		if g.rec != nil {
+			if err := writeRecord(w, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Group{Group: g.rec}}); err != nil {
+				return err
+			}
+		}
+		for _, o := range g.sortedOffsets() {
+			if err := writeRecord(w, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Offset{Offset: o}}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+func writeRecord(w io.Writer, r *raftpb.SnapshotRecord) error {
+	_, err := protodelim.MarshalOptions{MarshalOptions: deterministic}.MarshalTo(w, r)
+	return err
+}
+
+// MemoryStore keeps a State in memory behind the actors.Store interface: the
+// store of tests and of benchmarks that leave replication out.
+type MemoryStore struct {
+	mu    sync.Mutex
+	state *State
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore { return &MemoryStore{state: NewState()} }
+
+// Append applies the write and calls done before returning.
+func (s *MemoryStore) Append(groupID string, recs []*pb.Record, fence *pb.WriteFence, done func(error)) {
+	w := &raftpb.GroupWrite{GroupId: groupID, Fence: fence}
+	for _, r := range recs {
+		w.Records = append(w.Records, proto.CloneOf(r))
+	}
+	s.mu.Lock()
+	err := s.state.ApplyWrite(w)
+	s.mu.Unlock()
+	done(err)
+}
+
+// Load implements actors.Store.
+func (s *MemoryStore) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, offsets := s.state.Load(groupID)
+	return rec, offsets, nil
+}
+
+// Groups implements actors.Store.
+func (s *MemoryStore) Groups() ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Groups(), nil
 }

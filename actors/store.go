@@ -1,0 +1,18 @@
+package actors
+
+import pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+
+// Store keeps the durable records of every group.
+type Store interface {
+	// Append writes recs, in order, for one group and then calls done exactly
+	// once, from any goroutine, with nil or an error wrapping one of the
+	// coordinator's store sentinel errors. A non-nil fence makes the write
+	// conditional on the stored group (coordinator.ErrStoreFenced otherwise).
+	// Appends of one group are applied in call order.
+	Append(groupID string, recs []*pb.Record, fence *pb.WriteFence, done func(error))
+	// Load returns a group's durable state. A nil record and no offsets mean
+	// the store knows nothing of the group.
+	Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error)
+	// Groups lists every group the store knows, sorted.
+	Groups() ([]string, error)
+}
