@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
-	"github.com/cohort-coord/cohort/raftfsm"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	"github.com/cohort-coord/cohort/raftfsm"
 )
 
 func testConfig() coordinator.Config {

@@ -144,7 +144,6 @@ func Start(cfg Config) (_ *Node, err error) {
 	kctx, n.stopKafka = context.WithCancel(context.Background())
 	n.kafkaDone = make(chan error, 1)
 	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
-	log.Info("listening", "listener", "kafka", "addr", n.kafka.Addr().String())
 	return n, nil
 }
 
