@@ -160,6 +160,7 @@ func (b rangeBalancer) Balance(members []Member, topics map[string]int32) *Plan 
 }
 func (rangeBalancer) BalanceRacks(members []Member, topics map[string]int32, racks PartitionRacks) *Plan {
 	g := newGroup(members, topics, racks)
+	defer g.release()
 	return g.plan(g.assignRange())
 }
 
@@ -177,6 +178,7 @@ func (b roundRobinBalancer) Balance(members []Member, topics map[string]int32) *
 }
 func (roundRobinBalancer) BalanceRacks(members []Member, topics map[string]int32, _ PartitionRacks) *Plan {
 	g := newGroup(members, topics, nil) // Kafka's roundrobin is not rack-aware
+	defer g.release()
 	return g.plan(g.assignRoundRobin())
 }
 
@@ -234,5 +236,6 @@ func (s stickyBalancer) Balance(members []Member, topics map[string]int32) *Plan
 
 func (s stickyBalancer) BalanceRacks(members []Member, topics map[string]int32, racks PartitionRacks) *Plan {
 	g := newGroup(members, topics, racks)
+	defer g.release()
 	return g.plan(g.assignSticky(s.cooperative))
 }

@@ -19,7 +19,7 @@ import "slices"
 //     O(P + sum of subscription sizes) plus O(log M) per move.
 func (g *group) stickyGeneral(prev []int32) []int32 {
 	M, P, T := g.M(), g.P, g.T()
-	owner := make([]int32, P)
+	owner := g.scratch(bufOwner, P)
 	load := make([]int32, M)
 	for t := range int32(T) {
 		for p := g.base[t]; p < g.base[t+1]; p++ {
@@ -41,7 +41,7 @@ func (g *group) stickyGeneral(prev []int32) []int32 {
 	for t := range topics {
 		topics[t] = int32(t)
 	}
-	nsubs := func(t int32) int32 { return g.tsubOff[t+1] - g.tsubOff[t] }
+	nsubs := func(t int32) int32 { return int32(len(g.tsubs[t])) }
 	slices.SortFunc(topics, func(a, b int32) int {
 		if d := nsubs(a) - nsubs(b); d != 0 {
 			return int(d)
@@ -79,16 +79,6 @@ func (g *group) stickyGeneral(prev []int32) []int32 {
 	// Repair.
 	r := newRepairer(M, load, width)
 	r.prev = prev
-	r.freeOf = make([][]int32, M)
-	r.freeIn = make([][]int32, T)
-	for t := range int32(T) {
-		for p := g.base[t]; p < g.base[t+1]; p++ {
-			if o := owner[p]; o >= 0 && prev[p] != o {
-				r.freeOf[o] = append(r.freeOf[o], p)
-				r.freeIn[t] = append(r.freeIn[t], p)
-			}
-		}
-	}
 	for changed := true; changed; {
 		changed = false
 		for _, t := range topics {
@@ -345,11 +335,31 @@ func (r *repairer) lightUp(i int) {
 	}
 }
 
+// buildFree builds the free lists on first use: most calls never need them.
+func (r *repairer) buildFree(g *group, owner []int32) {
+	if r.freeOf != nil {
+		return
+	}
+	r.freeOf = make([][]int32, len(r.load))
+	r.freeIn = make([][]int32, g.T())
+	for t := range int32(g.T()) {
+		for p := g.base[t]; p < g.base[t+1]; p++ {
+			if o := owner[p]; o >= 0 && r.prev[p] != o {
+				r.freeOf[o] = append(r.freeOf[o], p)
+				r.freeIn[t] = append(r.freeIn[t], p)
+			}
+		}
+	}
+}
+
 // move moves p from h to l, keeping loads and free lists current.
 func (r *repairer) move(g *group, owner []int32, p, h, l int32) {
 	owner[p] = l
 	r.load[l]++
 	r.load[h]--
+	if r.freeOf == nil {
+		return
+	}
 	if r.prev[p] != l {
 		r.freeOf[l] = append(r.freeOf[l], p)
 	}
@@ -379,6 +389,7 @@ func (r *repairer) noteSide(q, from int32) {
 // the one on the most-loaded such x to l and returns x, or returns -1. It
 // examines a bounded number of candidates.
 func (r *repairer) boost(g *group, owner []int32, l int32) int32 {
+	r.buildFree(g, owner)
 	const maxCandidates = 64
 	bestQ, bestX := int32(-1), int32(-1)
 	seen := 0
@@ -425,6 +436,7 @@ func (r *repairer) boost(g *group, owner []int32, l int32) int32 {
 // straight back). It moves it and returns x, or returns -1. It examines a
 // bounded number of candidates.
 func (r *repairer) relieve(g *group, owner []int32, h int32) int32 {
+	r.buildFree(g, owner)
 	const maxCandidates = 16
 	list := r.freeOf[h]
 	bestP, bestX := int32(-1), int32(-1)

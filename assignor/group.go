@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // group is the dense, integer-indexed view of one Balance call that every
@@ -18,6 +19,7 @@ import (
 // one resolved subscription (a "class"), which keeps the string work at
 // O(number of distinct lists x topics) instead of O(M x T) map lookups.
 type group struct {
+	sc    *scratchBufs
 	in    []Member
 	order []int32 // member index -> index into in
 
@@ -29,10 +31,9 @@ type group struct {
 	class      []int32   // member -> class
 	classTops  [][]int32 // class -> sorted topic indices
 	classBits  [][]uint64
-	uniform    bool // every member subscribes to the same topic set
-	allTopics  bool // ... and that set is every topic (always true if uniform)
-	tsubOff    []int32
-	tsub       []int32 // topic -> subscribing members, in member order
+	uniform    bool      // every member subscribes to the same topic set
+	allTopics  bool      // ... and that set is every topic (always true if uniform)
+	tsubs      [][]int32 // topic -> subscribing members, in member order
 	subsBuilt  bool
 	rackAware  bool
 	memberRack []int8   // -1 when the member has no usable rack
@@ -189,37 +190,51 @@ func newGroup(in []Member, partitions map[string]int32, racks PartitionRacks) *g
 	return g
 }
 
-// buildSubscribers fills tsubOff/tsub (topic -> subscribing members in member
-// order) in O(M + sum of subscription sizes).
+// buildSubscribers fills tsubs (topic -> subscribing members in member
+// order). A topic subscribed by a single class shares that class's member
+// list; other topics merge the lists of their classes. Cost: O(M + sum of
+// class sizes) plus the merged lists.
 func (g *group) buildSubscribers() {
 	if g.subsBuilt {
 		return
 	}
 	g.subsBuilt = true
 	T := g.T()
-	off := make([]int32, T+1)
+	nc := len(g.classTops)
+	classMembers := make([][]int32, nc)
 	for m := range g.M() {
-		for _, t := range g.classTops[g.class[m]] {
-			off[t+1]++
+		c := g.class[m]
+		classMembers[c] = append(classMembers[c], int32(m))
+	}
+	topicClasses := make([][]int32, T)
+	for c, ts := range g.classTops {
+		if len(classMembers[c]) == 0 {
+			continue
+		}
+		for _, t := range ts {
+			topicClasses[t] = append(topicClasses[t], int32(c))
 		}
 	}
-	for t := range T {
-		off[t+1] += off[t]
-	}
-	sub := make([]int32, off[T])
-	cur := slices.Clone(off[:T])
-	for m := range g.M() {
-		for _, t := range g.classTops[g.class[m]] {
-			sub[cur[t]] = int32(m)
-			cur[t]++
+	g.tsubs = make([][]int32, T)
+	for t, cs := range topicClasses {
+		if len(cs) == 1 {
+			g.tsubs[t] = classMembers[cs[0]]
+			continue
 		}
+		n := 0
+		for _, c := range cs {
+			n += len(classMembers[c])
+		}
+		merged := make([]int32, 0, n)
+		for _, c := range cs {
+			merged = append(merged, classMembers[c]...)
+		}
+		slices.Sort(merged)
+		g.tsubs[t] = merged
 	}
-	g.tsubOff, g.tsub = off, sub
 }
 
-func (g *group) subscribers(t int32) []int32 {
-	return g.tsub[g.tsubOff[t]:g.tsubOff[t+1]]
-}
+func (g *group) subscribers(t int32) []int32 { return g.tsubs[t] }
 
 // setupRacks decides whether rack-aware placement applies, following Kafka's
 // rule: some member has a rack, some partition has a replica on a member's
@@ -300,3 +315,37 @@ func bitsIter(x uint64, fn func(int) bool) {
 }
 
 func trailingZeros(x uint64) int { return bits.TrailingZeros64(x) }
+
+// Scratch buffers of P ints are reused across calls (the plan never aliases
+// them), which spares the zeroing and page faults of fresh allocations.
+const (
+	bufOwner = iota
+	bufPrev
+	bufGen
+	bufOwned
+	bufFree
+	numBufs
+)
+
+type scratchBufs struct{ b [numBufs][]int32 }
+
+var scratchPool = sync.Pool{New: func() any { return new(scratchBufs) }}
+
+// scratch returns buffer i with length n. Its contents are arbitrary.
+func (g *group) scratch(i, n int) []int32 {
+	if g.sc == nil {
+		g.sc = scratchPool.Get().(*scratchBufs)
+	}
+	if cap(g.sc.b[i]) < n {
+		g.sc.b[i] = make([]int32, n)
+	}
+	return g.sc.b[i][:n]
+}
+
+// release returns the scratch buffers; the group must not be used after.
+func (g *group) release() {
+	if g.sc != nil {
+		scratchPool.Put(g.sc)
+		g.sc = nil
+	}
+}

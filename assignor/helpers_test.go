@@ -238,3 +238,26 @@ func countOf(a MemberAssignment) int {
 	}
 	return n
 }
+
+// claims returns a member's owned partitions and generation as the sticky
+// family reads them. Eager "sticky" reads both from its userData (the
+// subscription's owned list is empty for eager members). Cooperative reads the
+// subscription's owned partitions, with the subscription's generation from v2
+// on and otherwise the generation in its 4-byte userData.
+func claims(s *Subscription, coop bool, d *Decoder) ([]TopicPartitions, int32) {
+	if coop {
+		gen := s.Generation
+		if s.Version < 2 {
+			gen, _ = DecodeCooperativeUserData(s.UserData)
+		}
+		return s.OwnedPartitions, gen
+	}
+	if len(s.UserData) == 0 {
+		return nil, DefaultGeneration
+	}
+	u, err := d.DecodeStickyUserData(s.UserData)
+	if err != nil {
+		return nil, DefaultGeneration // unparsable userData: no history
+	}
+	return u.Owned, u.Generation
+}

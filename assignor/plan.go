@@ -148,28 +148,56 @@ func (g *group) plan(owner []int32) *Plan {
 	pl.runStart = make([]int32, runs+1)
 	pl.parts = make([]int32, nparts[M])
 	pl.runStart[runs] = nparts[M]
-	// Pass 2: fill. nparts and rc become per-member cursors.
-	rc := make([]int32, M)
-	copy(rc, pl.memberRuns[:M])
-	for i := range last {
-		last[i] = -1
+	// Pass 2: scatter global partition indices to their member's range (one
+	// write per partition).
+	cur := last // reuse as per-member cursors
+	copy(cur, nparts[:M])
+	for p, m := range owner[:g.P] {
+		if m >= 0 {
+			pl.parts[cur[m]] = int32(p)
+			cur[m]++
+		}
 	}
-	for t := range int32(T) {
-		b := g.base[t]
-		for p := b; p < g.base[t+1]; p++ {
-			m := owner[p]
-			if m < 0 {
-				continue
+	// Pass 3: per member, sequentially, split into topic runs and turn
+	// global indices into partition numbers.
+	r := int32(0)
+	for m := range M {
+		t := int32(0)
+		lastT := int32(-1)
+		for k := nparts[m]; k < nparts[m+1]; k++ {
+			p := pl.parts[k]
+			if p >= g.base[t+1] {
+				t = g.advanceTopic(t, p)
 			}
-			if last[m] != t {
-				last[m] = t
-				pl.runTopic[rc[m]] = t
-				pl.runStart[rc[m]] = nparts[m]
-				rc[m]++
+			if t != lastT {
+				lastT = t
+				pl.runTopic[r] = t
+				pl.runStart[r] = k
+				r++
 			}
-			pl.parts[nparts[m]] = p - b
-			nparts[m]++
+			pl.parts[k] = p - g.base[t]
 		}
 	}
 	return pl
+}
+
+// advanceTopic returns the topic of global partition p, which lies in topic
+// t or later: a few linear steps, then a binary search.
+func (g *group) advanceTopic(t, p int32) int32 {
+	for range 4 {
+		t++
+		if p < g.base[t+1] {
+			return t
+		}
+	}
+	lo, hi := int(t)+1, len(g.topicNames)-1
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if g.base[mid] <= p {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return int32(lo)
 }

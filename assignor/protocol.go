@@ -144,6 +144,17 @@ func (a *Assignment) EncodedSize() int {
 // a Decoder is not safe for concurrent use.
 type Decoder struct {
 	names map[string]string
+	// The topic lists of the previous subscription, tried first: members of
+	// one group usually send identical lists, and comparing bytes with the
+	// previous name at the same position is cheaper than a map lookup.
+	topicHint, ownedHint []string
+}
+
+func (d *Decoder) internAt(b []byte, hint []string, i int) string {
+	if i < len(hint) && hint[i] == string(b) {
+		return hint[i]
+	}
+	return d.intern(b)
 }
 
 func (d *Decoder) intern(b []byte) string {
@@ -189,11 +200,14 @@ func (d *Decoder) decodeSubscription(b []byte, s *Subscription, asV0 bool) error
 		s.Topics = make([]string, 0, n)
 	}
 	for i := 0; i < n && r.err == nil; i++ {
-		s.Topics = append(s.Topics, d.intern(r.stringBytes()))
+		s.Topics = append(s.Topics, d.internAt(r.stringBytes(), d.topicHint, i))
+	}
+	if r.err == nil && n > 0 {
+		d.topicHint = s.Topics
 	}
 	s.UserData = r.nullableBytes()
 	if v >= 1 {
-		s.OwnedPartitions = d.readTopicPartitions(&r)
+		s.OwnedPartitions = d.readTopicPartitions(&r, &d.ownedHint)
 	}
 	if v >= 2 {
 		s.Generation = r.int32()
@@ -214,7 +228,7 @@ func (d *Decoder) DecodeAssignment(b []byte, a *Assignment) error {
 		return ErrNegativeVersion
 	}
 	*a = Assignment{Version: v}
-	a.Topics = d.readTopicPartitions(&r)
+	a.Topics = d.readTopicPartitions(&r, nil)
 	a.UserData = r.nullableBytes()
 	return r.err
 }
@@ -235,7 +249,7 @@ func DecodeAssignment(b []byte) (Assignment, error) {
 	return a, err
 }
 
-func (d *Decoder) readTopicPartitions(r *reader) []TopicPartitions {
+func (d *Decoder) readTopicPartitions(r *reader, hint *[]string) []TopicPartitions {
 	n := r.arrayLen(6)
 	if n <= 0 {
 		return nil
@@ -255,8 +269,32 @@ func (d *Decoder) readTopicPartitions(r *reader) []TopicPartitions {
 	*r = save
 	out := make([]TopicPartitions, n)
 	parts := make([]int32, total)
+	var h []string
+	if hint != nil {
+		h = *hint
+		if cap(h) < n {
+			h = make([]string, 0, n)
+		}
+		h = h[:0]
+		// The previous list stays readable while the new one is written
+		// over it: entry i is read before it is overwritten.
+	}
 	for i := 0; i < n; i++ {
-		out[i].Topic = d.intern(r.stringBytes())
+		b := r.stringBytes()
+		if hint != nil {
+			old := ""
+			if i < len(*hint) {
+				old = (*hint)[i]
+			}
+			if old != "" && old == string(b) {
+				out[i].Topic = old
+			} else {
+				out[i].Topic = d.intern(b)
+			}
+			h = append(h, out[i].Topic)
+		} else {
+			out[i].Topic = d.intern(b)
+		}
 		k := r.arrayLen(4)
 		ps := parts[:k:k]
 		parts = parts[k:]
@@ -264,6 +302,9 @@ func (d *Decoder) readTopicPartitions(r *reader) []TopicPartitions {
 			ps[j] = r.int32()
 		}
 		out[i].Partitions = ps
+	}
+	if hint != nil {
+		*hint = h
 	}
 	return out
 }
@@ -433,7 +474,7 @@ func (u *StickyUserData) AppendTo(dst []byte) []byte {
 // a V1 body are ignored.
 func (d *Decoder) DecodeStickyUserData(b []byte) (StickyUserData, error) {
 	r := reader{b: b}
-	owned := d.readTopicPartitions(&r)
+	owned := d.readTopicPartitions(&r, &d.ownedHint)
 	if r.err != nil {
 		return StickyUserData{Generation: DefaultGeneration}, r.err
 	}

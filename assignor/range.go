@@ -6,7 +6,7 @@ import "encoding/binary"
 // member order get contiguous ranges; the first n%c of them get one extra
 // partition. Cost: O(P + sum of subscription sizes).
 func (g *group) assignRange() []int32 {
-	owner := make([]int32, g.P)
+	owner := g.scratch(bufOwner, g.P)
 	if g.M() == 0 {
 		return owner
 	}

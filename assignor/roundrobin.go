@@ -11,7 +11,7 @@ import "sort"
 // list (sorted by member index) followed by a walk around that list, so the
 // cost is O(P + T log M + sum of subscription sizes), never O(P x M).
 func (g *group) assignRoundRobin() []int32 {
-	owner := make([]int32, g.P)
+	owner := g.scratch(bufOwner, g.P)
 	M := int32(g.M())
 	if M == 0 {
 		return owner

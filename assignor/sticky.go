@@ -34,81 +34,122 @@ func (g *group) assignSticky(coop bool) []int32 {
 	return owner
 }
 
-// claims returns a member's owned partitions and generation as the sticky
-// family reads them. Eager "sticky" reads both from its userData (the
-// subscription's owned list is empty for eager members). Cooperative reads the
-// subscription's owned partitions, with the subscription's generation from v2
-// on and otherwise the generation in its 4-byte userData.
-func claims(s *Subscription, coop bool, d *Decoder) ([]TopicPartitions, int32) {
-	if coop {
-		gen := s.Generation
-		if s.Version < 2 {
-			gen, _ = DecodeCooperativeUserData(s.UserData)
-		}
-		return s.OwnedPartitions, gen
-	}
-	if len(s.UserData) == 0 {
-		return nil, DefaultGeneration
-	}
-	u, err := d.DecodeStickyUserData(s.UserData)
-	if err != nil {
-		return nil, DefaultGeneration // unparsable userData: no history
-	}
-	return u.Owned, u.Generation
-}
-
 // resolveClaims returns, per partition, its previous owner: the member that
 // claims it at the strictly highest generation, conflictd if two or more
 // members claim it at that generation, or noOwner. Generations below -1 count
 // as -1. Claims on unknown topics and out-of-range partitions are ignored.
 // The result does not depend on member order.
 func (g *group) resolveClaims(coop bool) []int32 {
-	prev := make([]int32, g.P)
+	prev := g.scratch(bufPrev, g.P)
 	for i := range prev {
 		prev[i] = noOwner
 	}
 	if g.P == 0 {
 		return prev
 	}
-	gen := make([]int32, g.P)
-	var d Decoder
-	T := int32(g.T())
+	c := claimer{g: g, prev: prev, gen: g.scratch(bufGen, g.P)} // gen is read only where prev is set
 	for m := range int32(g.M()) {
-		owned, mg := claims(&g.member(m).Subscription, coop, &d)
-		if mg < DefaultGeneration {
-			mg = DefaultGeneration
-		}
-		t := int32(-1)
-		for i := range owned {
-			name := owned[i].Topic
-			// Owned lists are normally sorted by topic, so try the next topic
-			// index before falling back to the map.
-			if t+1 < T && g.topicNames[t+1] == name {
-				t++
-			} else if ti, ok := g.topicIdx[name]; ok {
-				t = ti
-			} else {
-				continue
+		s := &g.member(m).Subscription
+		if coop {
+			gen := s.Generation
+			if s.Version < 2 {
+				gen, _ = DecodeCooperativeUserData(s.UserData)
 			}
-			b, n := g.base[t], g.base[t+1]-g.base[t]
-			for _, p := range owned[i].Partitions {
-				if p < 0 || p >= n {
-					continue
-				}
-				gp := b + p
-				switch o := prev[gp]; {
-				case o == noOwner:
-					prev[gp], gen[gp] = m, mg
-				case o == m:
-				case mg > gen[gp]:
-					prev[gp], gen[gp] = m, mg
-				case mg == gen[gp]:
-					prev[gp] = conflictd
+			c.start(m, gen)
+			for i := range s.OwnedPartitions {
+				t := c.topic(s.OwnedPartitions[i].Topic)
+				for _, p := range s.OwnedPartitions[i].Partitions {
+					c.claim(t, p)
 				}
 			}
+			continue
 		}
+		c.stickyUserData(m, s.UserData)
 	}
 	return prev
+}
+
+// claimer applies ownership claims to prev/gen.
+type claimer struct {
+	g         *group
+	prev, gen []int32
+	m, mg     int32 // current member and its generation
+	t         int32 // last topic resolved, as a hint
+}
+
+func (c *claimer) start(m, gen int32) {
+	c.m, c.mg, c.t = m, max(gen, DefaultGeneration), -1
+}
+
+// topic resolves a topic name, or returns -1. Owned lists are normally
+// sorted by topic, so the topic after the previous one is tried before the
+// map.
+func (c *claimer) topic(name string) int32 {
+	g := c.g
+	if c.t+1 < int32(g.T()) && g.topicNames[c.t+1] == name {
+		c.t++
+		return c.t
+	}
+	if ti, ok := g.topicIdx[name]; ok {
+		c.t = ti
+		return ti
+	}
+	return -1
+}
+
+func (c *claimer) claim(t, p int32) {
+	if t < 0 {
+		return
+	}
+	g := c.g
+	b := g.base[t]
+	if p < 0 || p >= g.base[t+1]-b {
+		return
+	}
+	gp := b + p
+	m, mg := c.m, c.mg
+	switch o := c.prev[gp]; {
+	case o == noOwner:
+		c.prev[gp], c.gen[gp] = m, mg
+	case o == m:
+	case mg > c.gen[gp]:
+		c.prev[gp], c.gen[gp] = m, mg
+	case mg == c.gen[gp]:
+		c.prev[gp] = conflictd
+	}
+}
+
+// stickyUserData applies the claims in eager sticky userData without
+// materializing it: one pass validates it and finds the generation (schema
+// V1; V0 has none), a second applies the claims. Unparsable userData means no
+// history.
+func (c *claimer) stickyUserData(m int32, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	r := reader{b: b}
+	n := r.arrayLen(6)
+	for i := 0; i < n && r.err == nil; i++ {
+		r.stringBytes()
+		r.skip(4 * r.arrayLen(4))
+	}
+	if r.err != nil {
+		return
+	}
+	gen := DefaultGeneration
+	if len(r.b) >= 4 {
+		gen = r.int32()
+	}
+	c.start(m, gen)
+	r = reader{b: b}
+	n = r.arrayLen(6)
+	for range n {
+		t := c.topic(string(r.stringBytes()))
+		k := r.arrayLen(4)
+		for range k {
+			c.claim(t, r.int32())
+		}
+	}
 }
 
 // stickyUniform is the assignment when every member subscribes to the same
@@ -128,7 +169,7 @@ func (g *group) resolveClaims(coop bool) []int32 {
 // members that must give partitions up.
 func (g *group) stickyUniform(prev []int32) []int32 {
 	M, P := g.M(), g.P
-	owner := make([]int32, P)
+	owner := g.scratch(bufOwner, P)
 	for i := range owner {
 		owner[i] = noOwner
 	}
@@ -148,7 +189,7 @@ func (g *group) stickyUniform(prev []int32) []int32 {
 	for m := range M {
 		off[m+1] += off[m]
 	}
-	owned := make([]int32, off[M])
+	owned := g.scratch(bufOwned, int(off[M]))
 	cur := slices.Clone(off[:M])
 	for p, o := range prev {
 		if o >= 0 {
@@ -202,7 +243,7 @@ func (g *group) stickyUniform(prev []int32) []int32 {
 	}
 
 	// Unassigned partitions in (topic, partition) order.
-	free := make([]int32, 0, P-int(sumInt32(cnt)))
+	free := g.scratch(bufFree, P)[:0]
 	for p, o := range owner {
 		if o == noOwner {
 			free = append(free, int32(p))
@@ -297,14 +338,6 @@ func (g *group) fillRacks(owner, cnt, free []int32, minQ int32) []int32 {
 		}
 	}
 	return rest
-}
-
-func sumInt32(xs []int32) int64 {
-	var s int64
-	for _, x := range xs {
-		s += int64(x)
-	}
-	return s
 }
 
 // selectSmallest reorders keys so that its k smallest elements come first
