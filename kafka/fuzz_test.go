@@ -51,6 +51,12 @@ func FuzzConn(f *testing.F) {
 	l.onPanic = func(v any) { panicked.Store(fmt.Sprint(v)) }
 
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// A fresh catalog per input: topics created by one input must not
+		// make later inputs slower.
+		l.topics = catalog.New()
+		if err := l.topics.Apply(catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 3}); err != nil {
+			t.Fatal(err)
+		}
 		synctest.Test(t, func(t *testing.T) {
 			client, server := net.Pipe()
 			c := l.newConn(context.Background(), server)

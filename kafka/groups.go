@@ -73,6 +73,7 @@ func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGrou
 	if l.onJoin != nil {
 		l.onJoin(r.clientID, r.version)
 	}
+	l.log.Debug("join group", "group", req.Group, "version", r.version, "client_id", r.clientID, "member_id", req.MemberID)
 	resp := kmsg.NewPtrJoinGroupResponse()
 	rebalance := req.RebalanceTimeoutMillis
 	if r.version == 0 {

@@ -1,0 +1,325 @@
+package interop
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The Go client families run as child processes of the test binary (see
+// TestMain), so that "kill" is a real process kill for every family. They
+// speak the same stdin/stdout protocol as the scripts in testdata.
+
+type clientEnv struct {
+	bootstrap, group, topic, clientID, assignor string
+	partitions                                  int
+	session                                     time.Duration
+}
+
+func readClientEnv() clientEnv {
+	parts, _ := strconv.Atoi(os.Getenv("PARTITIONS"))
+	ms, _ := strconv.Atoi(os.Getenv("SESSION_MS"))
+	return clientEnv{
+		bootstrap:  os.Getenv("BOOTSTRAP"),
+		group:      os.Getenv("GROUP"),
+		topic:      os.Getenv("TOPIC"),
+		clientID:   os.Getenv("CLIENT_ID"),
+		assignor:   os.Getenv("ASSIGNOR"),
+		partitions: parts,
+		session:    time.Duration(ms) * time.Millisecond,
+	}
+}
+
+var emitMu sync.Mutex
+
+func emit(v map[string]any) {
+	emitMu.Lock()
+	defer emitMu.Unlock()
+	b, _ := json.Marshal(v)
+	os.Stdout.Write(append(b, '\n'))
+}
+
+func stdinCommands() <-chan string {
+	ch := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+func sortedKeys(m map[int32]bool) []int32 {
+	var out []int32
+	for p, ok := range m {
+		if ok {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func runFranz() int {
+	e := readClientEnv()
+	var (
+		mu    sync.Mutex
+		owned = map[int32]bool{}
+		cl    *kgo.Client
+	)
+	report := func(cl *kgo.Client) {
+		member, gen := cl.GroupMetadata()
+		emit(map[string]any{"owned": sortedKeys(owned), "gen": gen, "member": member})
+	}
+	balancer := kgo.RangeBalancer()
+	if e.assignor == "cooperative-sticky" {
+		balancer = kgo.CooperativeStickyBalancer()
+	}
+	var err error
+	cl, err = kgo.NewClient(
+		kgo.SeedBrokers(e.bootstrap),
+		kgo.ClientID(e.clientID),
+		kgo.ConsumerGroup(e.group),
+		kgo.ConsumeTopics(e.topic),
+		kgo.Balancers(balancer),
+		kgo.SessionTimeout(e.session),
+		kgo.RebalanceTimeout(10*time.Second),
+		kgo.HeartbeatInterval(500*time.Millisecond),
+		kgo.DisableAutoCommit(),
+		kgo.FetchMaxWait(500*time.Millisecond),
+		kgo.OnPartitionsAssigned(func(_ context.Context, c *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range m[e.topic] {
+				owned[p] = true
+			}
+			report(c)
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, c *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range m[e.topic] {
+				delete(owned, p)
+			}
+			report(c)
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, c *kgo.Client, m map[string][]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range m[e.topic] {
+				delete(owned, p)
+			}
+			report(c)
+		}),
+	)
+	if err != nil {
+		emit(map[string]any{"error": err.Error()})
+		return 1
+	}
+	emit(map[string]any{"hello": "franz-go kgo"})
+	cmds := stdinCommands()
+	ctx := context.Background()
+	go func() {
+		for {
+			pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			cl.PollFetches(pctx)
+			cancel()
+			if cl.Context().Err() != nil {
+				return
+			}
+		}
+	}()
+	for cmd := range cmds {
+		switch cmd {
+		case "commit":
+			mu.Lock()
+			offs := map[string]map[int32]kgo.EpochOffset{e.topic: {}}
+			want := map[string]int64{}
+			for _, p := range sortedKeys(owned) {
+				offs[e.topic][p] = kgo.EpochOffset{Epoch: -1, Offset: 100 + int64(p)}
+				want[strconv.Itoa(int(p))] = 100 + int64(p)
+			}
+			mu.Unlock()
+			var cerr error
+			cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+				cerr = err
+				if err == nil {
+					for _, t := range resp.Topics {
+						for _, p := range t.Partitions {
+							if p.ErrorCode != 0 {
+								cerr = fmt.Errorf("partition %d: error %d", p.Partition, p.ErrorCode)
+							}
+						}
+					}
+				}
+			})
+			if cerr != nil {
+				emit(map[string]any{"error": cerr.Error()})
+				continue
+			}
+			emit(map[string]any{"committed_own": want})
+		case "fetch":
+			req := kmsg.NewPtrOffsetFetchRequest()
+			req.Group = e.group
+			rt := kmsg.NewOffsetFetchRequestTopic()
+			rt.Topic = e.topic
+			for p := range e.partitions {
+				rt.Partitions = append(rt.Partitions, int32(p))
+			}
+			req.Topics = append(req.Topics, rt)
+			resp, err := req.RequestWith(ctx, cl)
+			if err != nil {
+				emit(map[string]any{"error": err.Error()})
+				continue
+			}
+			out := map[string]int64{}
+			for _, t := range resp.Topics {
+				for _, p := range t.Partitions {
+					out[strconv.Itoa(int(p.Partition))] = p.Offset
+				}
+			}
+			emit(map[string]any{"committed": out})
+		case "close":
+			cl.Close() // leaves the group
+			emit(map[string]any{"closed": true})
+			return 0
+		}
+	}
+	return 0
+}
+
+type saramaHandler struct {
+	e    clientEnv
+	mu   sync.Mutex
+	sess sarama.ConsumerGroupSession
+}
+
+func (h *saramaHandler) Setup(s sarama.ConsumerGroupSession) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sess = s
+	owned := slices.Clone(s.Claims()[h.e.topic])
+	slices.Sort(owned)
+	if owned == nil {
+		owned = []int32{}
+	}
+	emit(map[string]any{"owned": owned, "gen": s.GenerationID(), "member": s.MemberID()})
+	return nil
+}
+
+func (h *saramaHandler) Cleanup(s sarama.ConsumerGroupSession) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sess = nil
+	emit(map[string]any{"owned": []int32{}, "gen": s.GenerationID(), "member": s.MemberID()})
+	return nil
+}
+
+func (h *saramaHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.ConsumerGroupClaim) error {
+	for {
+		select {
+		case <-c.Messages():
+		case <-s.Context().Done():
+			return nil
+		}
+	}
+}
+
+func runSarama() int {
+	e := readClientEnv()
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_1_0_0 // JoinGroup v3
+	cfg.ClientID = e.clientID
+	cfg.Consumer.Group.Session.Timeout = e.session
+	cfg.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+	cfg.Consumer.Group.Rebalance.Timeout = 10 * time.Second
+	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
+	cfg.Consumer.Offsets.AutoCommit.Enable = false
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	cfg.Consumer.MaxWaitTime = 500 * time.Millisecond
+	client, err := sarama.NewClient([]string{e.bootstrap}, cfg)
+	if err != nil {
+		emit(map[string]any{"error": err.Error()})
+		return 1
+	}
+	group, err := sarama.NewConsumerGroupFromClient(e.group, client)
+	if err != nil {
+		emit(map[string]any{"error": err.Error()})
+		return 1
+	}
+	emit(map[string]any{"hello": "sarama"})
+	h := &saramaHandler{e: e}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if err := group.Consume(ctx, []string{e.topic}, h); err != nil && ctx.Err() == nil {
+				emit(map[string]any{"log": err.Error()})
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	}()
+	go func() {
+		for err := range group.Errors() {
+			emit(map[string]any{"log": err.Error()})
+		}
+	}()
+	for cmd := range stdinCommands() {
+		switch cmd {
+		case "commit":
+			h.mu.Lock()
+			s := h.sess
+			want := map[string]int64{}
+			if s != nil {
+				for _, p := range s.Claims()[e.topic] {
+					s.MarkOffset(e.topic, p, 100+int64(p), "")
+					want[strconv.Itoa(int(p))] = 100 + int64(p)
+				}
+				s.Commit()
+			}
+			h.mu.Unlock()
+			emit(map[string]any{"committed_own": want})
+		case "fetch":
+			om, err := sarama.NewOffsetManagerFromClient(e.group, client)
+			if err != nil {
+				emit(map[string]any{"error": err.Error()})
+				continue
+			}
+			out := map[string]int64{}
+			for p := range e.partitions {
+				pom, err := om.ManagePartition(e.topic, int32(p))
+				if err != nil {
+					emit(map[string]any{"error": err.Error()})
+					break
+				}
+				off, _ := pom.NextOffset()
+				out[strconv.Itoa(p)] = off
+				pom.AsyncClose()
+			}
+			om.Close()
+			emit(map[string]any{"committed": out})
+		case "close":
+			cancel()
+			group.Close() // leaves the group
+			<-done
+			client.Close()
+			emit(map[string]any{"closed": true})
+			return 0
+		}
+	}
+	return 0
+}

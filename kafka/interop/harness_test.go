@@ -1,0 +1,640 @@
+package interop
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohort-coord/cohort/kafka"
+)
+
+const (
+	partitions = 6
+	members    = 3
+	session    = 6 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv("COHORT_INTEROP_CLIENT") {
+	case "franz":
+		os.Exit(runFranz())
+	case "sarama":
+		os.Exit(runSarama())
+	}
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// need skips the test locally, or fails it in CI (CI=true), when a
+// prerequisite is missing.
+func need(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// ---------------------------------------------------------------------------
+// The server: a cohortd process.
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	binPath   string
+	buildErr  error
+)
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Dir(strings.TrimSpace(string(out))), nil
+}
+
+func buildCohortd(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binDir, err = os.MkdirTemp("", "cohort-interop-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(binDir, "cohortd")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/cohortd")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/cohortd: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+type server struct {
+	addr  string
+	mu    sync.Mutex
+	joins map[string][]int // client id -> JoinGroup versions seen
+}
+
+var (
+	listeningRe = regexp.MustCompile(`msg=listening .*listener=kafka addr=(\S+)`)
+	joinRe      = regexp.MustCompile(`msg="join group".* version=(\d+) client_id=(\S+)`)
+)
+
+func (s *server) scanLog(r io.Reader, addrCh chan<- string, t *testing.T) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sent := false
+	for sc.Scan() {
+		line := sc.Text()
+		if m := listeningRe.FindStringSubmatch(line); m != nil && !sent {
+			addrCh <- m[1]
+			sent = true
+		}
+		if m := joinRe.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.Atoi(m[1])
+			s.mu.Lock()
+			s.joins[m[2]] = append(s.joins[m[2]], v)
+			s.mu.Unlock()
+		}
+		if strings.Contains(line, "level=ERROR") || strings.Contains(line, "level=WARN") {
+			t.Logf("cohortd: %s", line)
+		}
+	}
+}
+
+// joinVersions returns the distinct JoinGroup versions sent by client ids
+// starting with prefix.
+func (s *server) joinVersions(prefix string) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int
+	for id, vs := range s.joins {
+		if strings.HasPrefix(id, prefix) {
+			for _, v := range vs {
+				if !slices.Contains(out, v) {
+					out = append(out, v)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func startCohort(t *testing.T) *server {
+	t.Helper()
+	bin := buildCohortd(t)
+	s := &server{joins: map[string][]int{}}
+	cmd := exec.Command(bin,
+		"--kafka-addr", "127.0.0.1:0",
+		"--remote-addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir(),
+		"--group-initial-rebalance-delay", "0s",
+		"--group-min-session-timeout", "1s",
+		"--log-level", "debug",
+	)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrCh := make(chan string, 1)
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		s.scanLog(stderr, addrCh, t)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Error("cohortd did not stop on SIGTERM within 10s")
+		}
+		<-logDone
+	})
+	select {
+	case s.addr = <-addrCh:
+	case <-time.After(30 * time.Second):
+		t.Fatal("cohortd did not log its Kafka listener address")
+	}
+	return s
+}
+
+// ---------------------------------------------------------------------------
+// Admin calls from the test itself (franz-go, no group).
+
+func adminClient(t *testing.T, addr string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID("interop-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func createTopic(t *testing.T, cl *kgo.Client, topic string, n int32) {
+	t.Helper()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, n, 1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].ErrorCode; code != 0 {
+		t.Fatalf("create topic %s: error %d", topic, code)
+	}
+}
+
+type described struct {
+	state   string
+	gen     int32
+	members map[string][]int32 // member id -> partitions of the topic
+}
+
+func describe(ctx context.Context, cl *kgo.Client, group, topic string) (described, error) {
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return described{}, err
+	}
+	g := resp.Groups[0]
+	if g.ErrorCode != 0 {
+		return described{}, fmt.Errorf("describe: error %d", g.ErrorCode)
+	}
+	d := described{state: g.State, gen: -1, members: map[string][]int32{}}
+	if gen, ok := kafka.GenerationFromTags(g.UnknownTags); ok {
+		d.gen = gen
+	}
+	for _, m := range g.Members {
+		var a kmsg.ConsumerMemberAssignment
+		var ps []int32
+		if len(m.MemberAssignment) > 0 {
+			if err := a.ReadFrom(m.MemberAssignment); err != nil {
+				return described{}, fmt.Errorf("member %s assignment: %w", m.MemberID, err)
+			}
+			for _, t := range a.Topics {
+				if t.Topic == topic {
+					ps = append(ps, t.Partitions...)
+				}
+			}
+		}
+		slices.Sort(ps)
+		d.members[m.MemberID] = ps
+	}
+	return d, nil
+}
+
+func fetchOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int32]int64 {
+	t.Helper()
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = group
+	rt := kmsg.NewOffsetFetchRequestTopic()
+	rt.Topic = topic
+	for p := range partitions {
+		rt.Partitions = append(rt.Partitions, int32(p))
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			out[p.Partition] = p.Offset
+		}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// Client processes.
+
+type proc struct {
+	t       *testing.T
+	name    string
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	replies chan map[string]any
+	done    chan struct{}
+
+	mu      sync.Mutex
+	owned   []int32
+	gen     int64
+	member  string
+	reports int
+	stderr  bytes.Buffer
+}
+
+func startProc(t *testing.T, name string, argv []string, env []string) *proc {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &proc{t: t, name: name, cmd: cmd, replies: make(chan map[string]any, 16), done: make(chan struct{}), gen: -1}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.stdin = stdin
+	cmd.Stderr = &lockedWriter{mu: &p.mu, w: &p.stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				continue
+			}
+			switch {
+			case m["owned"] != nil:
+				var owned []int32
+				for _, v := range m["owned"].([]any) {
+					owned = append(owned, int32(v.(float64)))
+				}
+				slices.Sort(owned)
+				p.mu.Lock()
+				p.owned, p.reports = owned, p.reports+1
+				if g, ok := m["gen"].(float64); ok {
+					p.gen = int64(g)
+				}
+				p.member, _ = m["member"].(string)
+				p.mu.Unlock()
+			case m["hello"] != nil:
+				t.Logf("%s: %v", name, m["hello"])
+			case m["log"] != nil:
+				t.Logf("%s: %v", name, m["log"])
+			default:
+				select {
+				case p.replies <- m:
+				default:
+				}
+			}
+		}
+		cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.w.Len() > 64<<10 {
+		return len(b), nil
+	}
+	return l.w.Write(b)
+}
+
+func (p *proc) state() (owned []int32, gen int64, member string, reports int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.owned), p.gen, p.member, p.reports
+}
+
+func (p *proc) stderrTail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stderr.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// request sends a command and waits for the reply carrying key.
+func (p *proc) request(cmd, key string, timeout time.Duration) map[string]any {
+	p.t.Helper()
+	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+		p.t.Fatalf("%s: send %s: %v", p.name, cmd, err)
+	}
+	deadline := time.After(timeout)
+	for {
+		select {
+		case m := <-p.replies:
+			if e, ok := m["error"]; ok {
+				p.t.Fatalf("%s: %s failed: %v\nstderr: %s", p.name, cmd, e, p.stderrTail())
+			}
+			if _, ok := m[key]; ok {
+				return m
+			}
+		case <-p.done:
+			p.t.Fatalf("%s exited during %s\nstderr: %s", p.name, cmd, p.stderrTail())
+		case <-deadline:
+			p.t.Fatalf("%s: no answer to %s within %v\nstderr: %s", p.name, cmd, timeout, p.stderrTail())
+		}
+	}
+}
+
+// closeGracefully asks the client to close (leaving the group if it is
+// dynamic) and waits for it to exit.
+func (p *proc) closeGracefully(timeout time.Duration) {
+	p.t.Helper()
+	p.request("close", "closed", timeout)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.t.Fatalf("%s did not exit after close", p.name)
+	}
+}
+
+func (p *proc) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// ---------------------------------------------------------------------------
+// The scenario every family runs.
+
+type family struct {
+	name     string
+	assignor string
+	static   bool
+	argv     func(t *testing.T) []string // command line of one client
+	env      []string                    // extra environment
+}
+
+// waitStable waits until the group is Stable with exactly the given clients
+// as members, every partition has exactly one owner in DescribeGroups, and
+// each client's own view (from its assignment callbacks) equals the
+// assignment DescribeGroups shows for it. It returns the generation.
+func waitStable(t *testing.T, cl *kgo.Client, group, topic string, clients []*proc, timeout time.Duration) int32 {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var why string
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, err := describe(ctx, cl, group, topic)
+		cancel()
+		if err != nil {
+			why = err.Error()
+			continue
+		}
+		if why = checkStable(d, clients); why == "" {
+			return d.gen
+		}
+	}
+	var views []string
+	for _, c := range clients {
+		owned, gen, member, n := c.state()
+		views = append(views, fmt.Sprintf("%s owned=%v gen=%d member=%s reports=%d", c.name, owned, gen, member, n))
+	}
+	t.Fatalf("group %s not stable within %v: %s\nclients: %s", group, timeout, why, strings.Join(views, "; "))
+	return 0
+}
+
+func checkStable(d described, clients []*proc) string {
+	if d.state != "Stable" {
+		return "state " + d.state
+	}
+	if len(d.members) != len(clients) {
+		return fmt.Sprintf("%d members, want %d", len(d.members), len(clients))
+	}
+	// Exclusive and complete ownership in the coordinator's view.
+	owner := map[int32]string{}
+	for m, ps := range d.members {
+		for _, p := range ps {
+			if o, dup := owner[p]; dup {
+				return fmt.Sprintf("partition %d owned by %s and %s", p, o, m)
+			}
+			owner[p] = m
+		}
+	}
+	if len(owner) != partitions {
+		return fmt.Sprintf("%d of %d partitions assigned", len(owner), partitions)
+	}
+	// Each client's own view matches one member's assignment, one to one.
+	used := map[string]bool{}
+	for _, c := range clients {
+		owned, gen, member, reports := c.state()
+		if reports == 0 {
+			return c.name + " reported no assignment yet"
+		}
+		if gen >= 0 && gen != int64(d.gen) {
+			return fmt.Sprintf("%s at generation %d, group at %d", c.name, gen, d.gen)
+		}
+		if member != "" {
+			ps, ok := d.members[member]
+			if !ok {
+				return fmt.Sprintf("%s has member id %s, not in the group", c.name, member)
+			}
+			if !slices.Equal(ps, owned) {
+				return fmt.Sprintf("%s owns %v, coordinator assigned %v", c.name, owned, ps)
+			}
+			used[member] = true
+			continue
+		}
+		found := false
+		for m, ps := range d.members {
+			if !used[m] && slices.Equal(ps, owned) {
+				used[m], found = true, true
+				break
+			}
+		}
+		if !found {
+			return fmt.Sprintf("%s owns %v, which no member is assigned", c.name, owned)
+		}
+	}
+	return ""
+}
+
+func runFamily(t *testing.T, fam family) {
+	if testing.Short() {
+		t.Skip("interop tests run without -short")
+	}
+	srv := startCohort(t)
+	admin := adminClient(t, srv.addr)
+	topic, group := "it-"+fam.name, "group-"+fam.name
+	createTopic(t, admin, topic, partitions)
+
+	var clients []*proc
+	for i := range members {
+		id := fmt.Sprintf("%s-%d", fam.name, i)
+		env := append([]string{
+			"BOOTSTRAP=" + srv.addr, "GROUP=" + group, "TOPIC=" + topic, "CLIENT_ID=" + id,
+			"PARTITIONS=" + strconv.Itoa(partitions), "SESSION_MS=" + strconv.Itoa(int(session.Milliseconds())),
+			"ASSIGNOR=" + fam.assignor,
+		}, fam.env...)
+		if fam.static {
+			env = append(env, "INSTANCE_ID="+id)
+		}
+		clients = append(clients, startProc(t, id, fam.argv(t), env))
+	}
+
+	// 1. A stable generation with exclusive, complete ownership.
+	gen1 := waitStable(t, admin, group, topic, clients, 60*time.Second)
+	if gen1 <= 0 {
+		t.Fatalf("generation %d", gen1)
+	}
+
+	// 2. Every member commits its partitions in this generation.
+	committed := map[string]bool{}
+	for _, c := range clients {
+		m := c.request("commit", "committed_own", 30*time.Second)
+		for p := range m["committed_own"].(map[string]any) {
+			committed[p] = true
+		}
+	}
+	if len(committed) != partitions {
+		t.Fatalf("members committed %d partitions, want %d", len(committed), partitions)
+	}
+	for p, off := range fetchOffsets(t, admin, group, topic) {
+		if off != 100+int64(p) {
+			t.Fatalf("partition %d: committed offset %d, want %d", p, off, 100+p)
+		}
+	}
+
+	// 3. One member closes, another is killed; the last takes everything over
+	// within the session timeout plus 5 s.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		clients[0].request("close", "closed", 30*time.Second)
+	}()
+	clients[1].kill()
+	killed := time.Now()
+	gen2 := waitStable(t, admin, group, topic, clients[2:], session+5*time.Second)
+	t.Logf("%s: takeover after %v, generation %d -> %d", fam.name, time.Since(killed).Round(100*time.Millisecond), gen1, gen2)
+	<-closed
+	if gen2 <= gen1 {
+		t.Fatalf("generation %d after takeover, was %d", gen2, gen1)
+	}
+
+	// 4. The survivor, in the new generation, fetches what the previous one
+	// committed.
+	m := clients[2].request("fetch", "committed", 30*time.Second)
+	got := m["committed"].(map[string]any)
+	for p := range partitions {
+		off, _ := got[strconv.Itoa(p)].(float64)
+		if int64(off) != 100+int64(p) {
+			t.Fatalf("survivor fetched %v for partition %d, want %d (all: %v)", got[strconv.Itoa(p)], p, 100+p, got)
+		}
+	}
+	clients[2].closeGracefully(30 * time.Second)
+
+	vs := srv.joinVersions(fam.name + "-")
+	if len(vs) == 0 {
+		t.Fatalf("no JoinGroup seen from %s clients", fam.name)
+	}
+	t.Logf("%s: JoinGroup versions used: %v", fam.name, vs)
+	recordVersions(fam.name, vs)
+}
+
+var (
+	versionsMu sync.Mutex
+	versions   = map[string][]int{}
+)
+
+func recordVersions(name string, vs []int) {
+	versionsMu.Lock()
+	defer versionsMu.Unlock()
+	versions[name] = vs
+}
+
+func lastVersions(name string) []int {
+	versionsMu.Lock()
+	defer versionsMu.Unlock()
+	return versions[name]
+}

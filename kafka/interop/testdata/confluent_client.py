@@ -1,0 +1,91 @@
+# A confluent-kafka (librdkafka) consumer driven by the interop tests.
+# Reads commands on stdin (commit, fetch, close), writes JSON lines on stdout.
+import json
+import os
+import queue
+import sys
+import threading
+
+from confluent_kafka import Consumer, TopicPartition, libversion, version
+
+env = os.environ
+topic = env["TOPIC"]
+parts = int(env["PARTITIONS"])
+cooperative = env.get("ASSIGNOR") == "cooperative-sticky"
+conf = {
+    "bootstrap.servers": env["BOOTSTRAP"],
+    "group.id": env["GROUP"],
+    "client.id": env["CLIENT_ID"],
+    "session.timeout.ms": int(env["SESSION_MS"]),
+    "heartbeat.interval.ms": 500,
+    "max.poll.interval.ms": 10000,
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "partition.assignment.strategy": env.get("ASSIGNOR", "range"),
+}
+if env.get("INSTANCE_ID"):
+    conf["group.instance.id"] = env["INSTANCE_ID"]
+
+owned = set()
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def member():
+    try:
+        return consumer.memberid()
+    except Exception:
+        return ""
+
+
+def report():
+    emit(owned=sorted(owned), gen=-1, member=member())
+
+
+def on_assign(c, ps):
+    global owned
+    if cooperative:
+        owned |= {p.partition for p in ps}
+    else:
+        owned = {p.partition for p in ps}
+    report()
+
+
+def on_revoke(c, ps):
+    owned.difference_update(p.partition for p in ps)
+    report()
+
+
+consumer = Consumer(conf)
+emit(hello="confluent-kafka %s librdkafka %s" % (version()[0], libversion()[0]))
+consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+
+cmds = queue.Queue()
+
+
+def read_stdin():
+    for line in sys.stdin:
+        cmds.put(line.strip())
+
+
+threading.Thread(target=read_stdin, daemon=True).start()
+
+while True:
+    consumer.poll(0.1)
+    try:
+        cmd = cmds.get_nowait()
+    except queue.Empty:
+        continue
+    if cmd == "commit":
+        offs = [TopicPartition(topic, p, 100 + p) for p in sorted(owned)]
+        consumer.commit(offsets=offs, asynchronous=False)
+        emit(committed_own={str(p): 100 + p for p in owned})
+    elif cmd == "fetch":
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(parts)], timeout=10)
+        emit(committed={str(tp.partition): tp.offset for tp in tps})
+    elif cmd == "close":
+        consumer.close()
+        emit(closed=True)
+        sys.exit(0)

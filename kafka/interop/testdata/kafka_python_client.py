@@ -1,0 +1,86 @@
+# A kafka-python consumer driven by the interop tests.
+# Reads commands on stdin (commit, fetch, close), writes JSON lines on stdout.
+import json
+import os
+import queue
+import sys
+import threading
+
+import kafka
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.structs import OffsetAndMetadata
+
+env = os.environ
+topic = env["TOPIC"]
+parts = int(env["PARTITIONS"])
+owned = set()
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def generation():
+    g = consumer._coordinator._generation
+    return g.generation_id, g.member_id
+
+
+def report():
+    gen, member = generation()
+    emit(owned=sorted(owned), gen=gen, member=member)
+
+
+class Listener(ConsumerRebalanceListener):
+    def on_partitions_revoked(self, revoked):
+        owned.difference_update(tp.partition for tp in revoked)
+        report()
+
+    def on_partitions_assigned(self, assigned):
+        owned.clear()
+        owned.update(tp.partition for tp in assigned)
+        report()
+
+
+consumer = KafkaConsumer(
+    bootstrap_servers=env["BOOTSTRAP"],
+    group_id=env["GROUP"],
+    client_id=env["CLIENT_ID"],
+    session_timeout_ms=int(env["SESSION_MS"]),
+    heartbeat_interval_ms=500,
+    max_poll_interval_ms=10000,
+    enable_auto_commit=False,
+    auto_offset_reset="earliest",
+)
+emit(hello="kafka-python %s" % kafka.__version__)
+consumer.subscribe([topic], listener=Listener())
+
+cmds = queue.Queue()
+
+
+def read_stdin():
+    for line in sys.stdin:
+        cmds.put(line.strip())
+
+
+threading.Thread(target=read_stdin, daemon=True).start()
+
+while True:
+    consumer.poll(timeout_ms=100)
+    try:
+        cmd = cmds.get_nowait()
+    except queue.Empty:
+        continue
+    if cmd == "commit":
+        consumer.commit({TopicPartition(topic, p): OffsetAndMetadata(100 + p, None) for p in owned})
+        emit(committed_own={str(p): 100 + p for p in owned})
+    elif cmd == "fetch":
+        out = {}
+        for p in range(parts):
+            off = consumer.committed(TopicPartition(topic, p))
+            out[str(p)] = -1 if off is None else off
+        emit(committed=out)
+    elif cmd == "close":
+        consumer.close()
+        emit(closed=True)
+        sys.exit(0)

@@ -1,0 +1,58 @@
+// A kafkajs consumer driven by the interop tests.
+// Reads commands on stdin (commit, fetch, close), writes JSON lines on stdout.
+const { Kafka, logLevel } = require('kafkajs')
+const readline = require('readline')
+
+const env = process.env
+const topic = env.TOPIC
+const parts = Number(env.PARTITIONS)
+const groupId = env.GROUP
+let owned = []
+
+const emit = (o) => process.stdout.write(JSON.stringify(o) + '\n')
+
+const kafka = new Kafka({ clientId: env.CLIENT_ID, brokers: [env.BOOTSTRAP], logLevel: logLevel.NOTHING })
+const consumer = kafka.consumer({
+  groupId,
+  sessionTimeout: Number(env.SESSION_MS),
+  rebalanceTimeout: 10000,
+  heartbeatInterval: 500,
+  maxWaitTimeInMs: 500,
+})
+
+consumer.on(consumer.events.GROUP_JOIN, (e) => {
+  owned = (e.payload.memberAssignment[topic] || []).slice().sort((a, b) => a - b)
+  emit({ owned, gen: -1, member: e.payload.memberId })
+})
+
+async function main () {
+  emit({ hello: 'kafkajs ' + require('kafkajs/package.json').version })
+  await consumer.connect()
+  await consumer.subscribe({ topic, fromBeginning: true })
+  await consumer.run({ autoCommit: false, eachMessage: async () => {} })
+  const rl = readline.createInterface({ input: process.stdin })
+  for await (const line of rl) {
+    const cmd = line.trim()
+    if (cmd === 'commit') {
+      await consumer.commitOffsets(owned.map((p) => ({ topic, partition: p, offset: String(100 + p) })))
+      const out = {}
+      owned.forEach((p) => { out[String(p)] = 100 + p })
+      emit({ committed_own: out })
+    } else if (cmd === 'fetch') {
+      const admin = kafka.admin()
+      await admin.connect()
+      const res = await admin.fetchOffsets({ groupId, topics: [topic] })
+      await admin.disconnect()
+      const out = {}
+      for (const p of res[0].partitions) out[String(p.partition)] = Number(p.offset)
+      for (let p = 0; p < parts; p++) if (!(String(p) in out)) out[String(p)] = -1
+      emit({ committed: out })
+    } else if (cmd === 'close') {
+      await consumer.disconnect()
+      emit({ closed: true })
+      process.exit(0)
+    }
+  }
+}
+
+main().catch((err) => { emit({ error: String(err && err.stack || err) }); process.exit(1) })
