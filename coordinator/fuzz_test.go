@@ -226,7 +226,7 @@ func (d *groupDriver) step() {
 			h.t.Fatalf("describe %v for a %v group", r, h.g.State())
 		}
 	case 12, 13: // time passes
-		h.advance(pickOf(f, 0, ms, time.Second, 3*time.Second, 6*time.Second, 10*time.Second, time.Minute, 5*time.Minute, time.Hour, 8*24*time.Hour))
+		h.advance(pickOf(f, 0, ms, time.Second, 3*time.Second, 6*time.Second, 10*time.Second, time.Minute, 5*time.Minute, time.Hour, 3*time.Hour))
 	case 14: // writes: hold them, or complete the held ones
 		if len(h.held) > 0 && f.pick(2) == 0 {
 			h.release(pickOf(f, fuzzErrs...))
@@ -305,6 +305,10 @@ func runFuzz(t *testing.T, data []byte) {
 		c.MaxSize = []int{0, 2, 3, 1}[cfgByte&3]
 		c.InitialRebalanceDelay = []time.Duration{0, 3 * time.Second}[cfgByte>>2&1]
 		c.MaxRecordBytes = 2048
+		// Short retention, checked rarely: expiry happens within a few
+		// advances and long advances stay cheap.
+		c.OffsetsRetention = 2 * time.Hour
+		c.OffsetsRetentionCheckInterval = 30 * time.Minute
 	})
 	d := &groupDriver{h: h, in: in, big: make([]byte, 2100)}
 	for steps := 0; in.more() && steps < 400; steps++ {
