@@ -108,6 +108,9 @@ func (h *harness) apply() {
 	if err := checkInvariants(h.g); err != nil {
 		h.t.Fatalf("invariant violated at %v: %v", h.now.Sub(t0), err)
 	}
+	if err := h.checkTimers(); err != nil {
+		h.t.Fatalf("timer invariant violated at %v: %v", h.now.Sub(t0), err)
+	}
 	if gen := h.g.Generation(); gen < h.lastGen {
 		h.t.Fatalf("generation went from %d to %d", h.lastGen, gen)
 	} else {
@@ -382,3 +385,34 @@ func maps_equal(a, b map[string]int) bool {
 }
 
 var _ = slices.Sort[[]int]
+
+// checkTimers asserts liveness: nothing can wait forever. Every member has
+// a liveness timer unless a parked request makes a join or sync timer
+// responsible for it; every pending id has one; a join phase has its join
+// timer; members yet to sync have the pending-sync timer.
+func (h *harness) checkTimers() error {
+	g := h.g
+	if g.state == Dead {
+		return nil
+	}
+	for _, m := range g.order {
+		if _, ok := h.timers[memberKey(m.id)]; !ok && m.joinReply == nil && m.syncReply == nil {
+			return fmt.Errorf("member %q has no liveness timer in %v", m.id, g.state)
+		}
+	}
+	for id := range g.pending {
+		if _, ok := h.timers[memberKey(id)]; !ok {
+			return fmt.Errorf("pending id %q has no timer", id)
+		}
+	}
+	if _, ok := h.timers[TimerKey{Kind: TimerJoin}]; g.state == PreparingRebalance && !ok {
+		return fmt.Errorf("join phase without a join timer")
+	}
+	if _, ok := h.timers[TimerKey{Kind: TimerSync}]; len(g.pendSync) > 0 && !ok {
+		return fmt.Errorf("%d members yet to sync without a pending-sync timer", len(g.pendSync))
+	}
+	if _, ok := h.timers[TimerKey{Kind: TimerOffsetExpiry}]; !ok {
+		return fmt.Errorf("no offset expiry timer")
+	}
+	return nil
+}
