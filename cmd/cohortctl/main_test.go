@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohort-coord/cohort/node"
+)
+
+// startNode runs a real coordinator (node + Kafka listener) in process.
+func startNode(t *testing.T) string {
+	t.Helper()
+	cfg := node.DefaultConfig()
+	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), "127.0.0.1:0"
+	cfg.Kafka.Addr = "127.0.0.1:0"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
+	n, err := node.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n.KafkaAddr()
+}
+
+func ctl(t *testing.T, addr string, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	env := func(k string) string {
+		if k == "COHORT_BOOTSTRAP" {
+			return addr
+		}
+		return ""
+	}
+	code := run(context.Background(), args, env, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func ctlJSON(t *testing.T, addr string, v any, args ...string) {
+	t.Helper()
+	out, errOut, code := ctl(t, addr, append([]string{"--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("cohortctl %v: exit %d: %s", args, code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("cohortctl %v: %v\n%s", args, err, out)
+	}
+}
+
+// consumer joins group g on topic with franz-go and reports what it owns.
+type consumer struct {
+	cl    *kgo.Client
+	mu    sync.Mutex
+	owned []int32
+}
+
+func startConsumer(t *testing.T, addr, group, topic, id string) *consumer {
+	t.Helper()
+	c := &consumer{}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(addr), kgo.ClientID(id),
+		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+		kgo.Balancers(kgo.RangeBalancer()),
+		kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(500*time.Millisecond),
+		kgo.DisableAutoCommit(), kgo.FetchMaxWait(200*time.Millisecond),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			c.mu.Lock()
+			c.owned = slices.Sorted(slices.Values(m[topic]))
+			c.mu.Unlock()
+		}),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cl = cl
+	go func() {
+		for cl.Context().Err() == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			cl.PollFetches(ctx)
+			cancel()
+		}
+	}()
+	t.Cleanup(cl.Close)
+	return c
+}
+
+func TestAgainstCoordinator(t *testing.T) {
+	addr := startNode(t)
+
+	// topics create / list
+	out, errOut, code := ctl(t, addr, "topics", "create", "--partitions", "4", "orders")
+	if code != 0 || !strings.Contains(out, "created topic orders with 4 partitions") {
+		t.Fatalf("topics create: %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code = ctl(t, addr, "topics", "create", "--partitions", "4", "orders"); code != 1 || !strings.Contains(errOut, "TOPIC_ALREADY_EXISTS") {
+		t.Fatalf("duplicate create: %d %q", code, errOut)
+	}
+	var topics []topicInfo
+	ctlJSON(t, addr, &topics, "topics", "list")
+	if len(topics) != 1 || topics[0].Name != "orders" || topics[0].Partitions != 4 || len(topics[0].ID) != 36 {
+		t.Fatalf("topics list: %+v", topics)
+	}
+
+	// Two consumers form a group.
+	a := startConsumer(t, addr, "billing", "orders", "ctl-a")
+	b := startConsumer(t, addr, "billing", "orders", "ctl-b")
+	var info groupInfo
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctlJSON(t, addr, &info, "groups", "describe", "billing")
+		total := 0
+		for _, m := range info.Members {
+			total += len(m.Assignment["orders"])
+		}
+		if info.State == "Stable" && len(info.Members) == 2 && total == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group never stable: %+v", info)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if info.Protocol != "range" || info.ProtocolType != "consumer" || info.Generation == nil || *info.Generation < 1 {
+		t.Fatalf("describe: %+v", info)
+	}
+	owners := map[int32]string{}
+	for _, m := range info.Members {
+		if m.ClientHost != "/127.0.0.1" || (m.ClientID != "ctl-a" && m.ClientID != "ctl-b") {
+			t.Fatalf("member %+v", m)
+		}
+		for _, p := range m.Assignment["orders"] {
+			owners[p] = m.ClientID
+		}
+	}
+	if len(owners) != 4 {
+		t.Fatalf("owners %v", owners)
+	}
+	table, _, _ := ctl(t, addr, "groups", "describe", "billing")
+	for _, want := range []string{"STATE", "Stable", "GENERATION", "orders:"} {
+		if !strings.Contains(table, want) {
+			t.Fatalf("describe table lacks %q:\n%s", want, table)
+		}
+	}
+
+	// groups list
+	var groups []listedGroup
+	ctlJSON(t, addr, &groups, "groups", "list")
+	if len(groups) != 1 || groups[0].Group != "billing" || groups[0].State != "Stable" || groups[0].ProtocolType != "consumer" {
+		t.Fatalf("groups list: %+v", groups)
+	}
+
+	// offsets: commit from a member, then read back with owners.
+	for _, c := range []*consumer{a, b} {
+		c.mu.Lock()
+		owned := c.owned
+		c.mu.Unlock()
+		offs := map[string]map[int32]kgo.EpochOffset{"orders": {}}
+		for _, p := range owned {
+			offs["orders"][p] = kgo.EpochOffset{Epoch: -1, Offset: 10 + int64(p)}
+		}
+		var cerr error
+		c.cl.CommitOffsetsSync(context.Background(), offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) { cerr = err })
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+	}
+	var rows []offsetRow
+	ctlJSON(t, addr, &rows, "offsets", "billing")
+	if len(rows) != 4 {
+		t.Fatalf("offsets: %+v", rows)
+	}
+	for _, r := range rows {
+		if r.Topic != "orders" || r.Committed == nil || *r.Committed != 10+int64(r.Partition) || r.ClientID != owners[r.Partition] || r.LogEnd == nil {
+			t.Fatalf("offset row %+v (owner %s)", r, owners[r.Partition])
+		}
+	}
+
+	// groups delete: refused while members are there, done once empty.
+	if _, errOut, code := ctl(t, addr, "groups", "delete", "billing"); code != 1 || !strings.Contains(errOut, "NON_EMPTY_GROUP") {
+		t.Fatalf("delete non-empty: %d %q", code, errOut)
+	}
+	a.cl.Close()
+	b.cl.Close()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		ctlJSON(t, addr, &info, "groups", "describe", "billing")
+		if info.State == "Empty" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group not empty after members left: %+v", info)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out, errOut, code := ctl(t, addr, "groups", "delete", "billing"); code != 0 || !strings.Contains(out, "deleted group billing") {
+		t.Fatalf("delete: %d %q %q", code, out, errOut)
+	}
+	ctlJSON(t, addr, &groups, "groups", "list")
+	if len(groups) != 0 {
+		t.Fatalf("groups after delete: %+v", groups)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{{}, {"groups"}, {"groups", "describe"}, {"nope"}, {"topics", "create"}} {
+		if _, _, code := ctl(t, "127.0.0.1:1", args...); code != 2 {
+			t.Fatalf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if _, errOut, code := ctl(t, "127.0.0.1:1", "--timeout", "500ms", "groups", "list"); code != 1 || errOut == "" {
+		t.Fatalf("unreachable broker: exit %d %q", code, errOut)
+	}
+}
