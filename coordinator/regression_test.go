@@ -161,3 +161,22 @@ func TestKafka9752LeaderFailingAfterJoinDoesNotHangRebalance(t *testing.T) {
 		t.Fatalf("took until %v", h.elapsed())
 	}
 }
+
+// KAFKA-9232's own scenario (testNewMemberTimeoutCompletion): with a session
+// timeout just above the new-member timeout, a member that joined and synced
+// outlives the new-member deadline and is removed one session timeout after
+// its last liveness event, not before.
+func TestKafka9232NewMemberTimeoutCompletion(t *testing.T) {
+	h := newHarness(t)
+	session := 5*time.Minute + 5*time.Second
+	a := h.join(&pb.JoinGroupRequest{ClientId: "a", ApiVersion: 3, SessionTimeoutMs: int32(session / ms), RebalanceTimeoutMs: 600_000})
+	h.advance(3 * time.Second)
+	id := h.joinOK(a).MemberId
+	h.syncCode(h.syncGroup(1, id, id)[id]) // sync at 3s re-arms the session
+	h.advance(5*time.Minute + 100*ms)
+	h.wantState(Stable, 1, id)
+	h.advance(3*time.Second + session - ms - h.elapsed()) // just before 3s + session
+	h.wantState(Stable, 1, id)
+	h.advance(ms)
+	h.wantState(Empty, 2)
+}
