@@ -1,0 +1,627 @@
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
+)
+
+// Options configure the cohortd processes of a cluster.
+type Options struct {
+	// Raft timings passed to every node.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// Args are added to every node's command line.
+	Args []string
+	// StartTimeout bounds how long a node may take to log its listeners.
+	StartTimeout time.Duration
+}
+
+// DefaultOptions are short raft timeouts that still hold on a loaded
+// two-core machine running the race detector next to the nodes.
+func DefaultOptions() Options {
+	return Options{
+		HeartbeatTimeout:   500 * time.Millisecond,
+		ElectionTimeout:    500 * time.Millisecond,
+		LeaderLeaseTimeout: 250 * time.Millisecond,
+		Args: []string{
+			"--group-initial-rebalance-delay", "0s",
+			"--group-min-session-timeout", "1s",
+		},
+		StartTimeout: 30 * time.Second,
+	}
+}
+
+// Node is one cohortd process. The addresses are those the running (or last)
+// incarnation logged; a restart reuses them.
+type Node struct {
+	Index      int
+	ID         string
+	KafkaAddr  string
+	RemoteAddr string
+	RaftAddr   string
+	DataDir    string
+	LogPath    string
+	Cmd        *exec.Cmd
+
+	mu       sync.Mutex
+	addrs    map[string]string
+	addrCh   chan struct{} // signalled on every listener line
+	exited   chan struct{} // closed when Cmd exits
+	exitErr  error
+	expected bool // the harness ended or will end the process
+	starts   int
+}
+
+// Running reports whether the node's process is alive.
+func (n *Node) Running() bool {
+	if n.exited == nil {
+		return false
+	}
+	select {
+	case <-n.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Cluster is a set of cohortd processes forming one raft cluster.
+type Cluster struct {
+	T      testing.TB
+	Opts   Options
+	Admin  *Admin
+	bin    string
+	logDir string
+
+	mu    sync.Mutex
+	Nodes []*Node
+}
+
+// StartCluster builds cohortd (once per process), bootstraps node 0 and joins
+// n-1 more nodes through it, and returns when all n are voters.
+func StartCluster(t testing.TB, n int, opts ...func(*Options)) *Cluster {
+	t.Helper()
+	o := DefaultOptions()
+	for _, f := range opts {
+		f(&o)
+	}
+	bin, err := Binary("./cmd/cohortd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := SharedAdmin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{T: t, Opts: o, Admin: adm, bin: bin, logDir: t.TempDir()}
+	t.Cleanup(c.cleanup)
+
+	first := c.newNode()
+	c.startNode(first, []string{"--bootstrap"})
+	c.WaitLeader(20 * time.Second)
+	var rest []*Node
+	for i := 1; i < n; i++ {
+		rest = append(rest, c.newNode())
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(rest))
+	for i, nd := range rest {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.launch(nd, []string{"--join", first.RemoteAddr})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitVoters(c.ids(), 30*time.Second)
+	return c
+}
+
+func (c *Cluster) ids() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for _, n := range c.Nodes {
+		ids = append(ids, n.ID)
+	}
+	return ids
+}
+
+func (c *Cluster) newNode() *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := len(c.Nodes)
+	id := fmt.Sprintf("node%d", i+1)
+	dir := filepath.Join(c.logDir, id)
+	n := &Node{
+		Index:      i,
+		ID:         id,
+		DataDir:    filepath.Join(dir, "data"),
+		LogPath:    filepath.Join(c.logDir, id+".log"),
+		KafkaAddr:  "127.0.0.1:0",
+		RemoteAddr: "127.0.0.1:0",
+		RaftAddr:   "127.0.0.1:0",
+	}
+	c.Nodes = append(c.Nodes, n)
+	return n
+}
+
+// Node returns node i.
+func (c *Cluster) Node(i int) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Nodes[i]
+}
+
+// Running returns the nodes whose processes are alive.
+func (c *Cluster) Running() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.Running() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// KafkaAddrs returns the Kafka addresses of the running nodes, as bootstrap
+// servers for clients.
+func (c *Cluster) KafkaAddrs() []string {
+	var out []string
+	for _, n := range c.Running() {
+		out = append(out, n.KafkaAddr)
+	}
+	return out
+}
+
+func (c *Cluster) startNode(n *Node, extra []string) {
+	c.T.Helper()
+	if err := c.launch(n, extra); err != nil {
+		c.T.Fatal(err)
+	}
+}
+
+// launch starts n's process and waits until it logged its remote, kafka and
+// raft listeners.
+func (c *Cluster) launch(n *Node, extra []string) error {
+	args := []string{
+		"--node-id", n.ID,
+		"--data-dir", n.DataDir,
+		"--remote-addr", n.RemoteAddr,
+		"--kafka-addr", n.KafkaAddr,
+		"--raft-addr", n.RaftAddr,
+		"--raft-heartbeat-timeout", c.Opts.HeartbeatTimeout.String(),
+		"--raft-election-timeout", c.Opts.ElectionTimeout.String(),
+		"--raft-leader-lease-timeout", c.Opts.LeaderLeaseTimeout.String(),
+	}
+	args = append(args, c.Opts.Args...)
+	args = append(args, extra...)
+	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.starts++
+	fmt.Fprintf(f, "=== start %d: cohortd %s\n", n.starts, strings.Join(args, " "))
+	n.addrs = map[string]string{}
+	n.addrCh = make(chan struct{}, 1)
+	n.expected = false
+	n.exitErr = nil
+	n.mu.Unlock()
+
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = cleanEnv()
+	lw := &lineWriter{f: f, onLine: n.onLine}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", n.ID, err)
+	}
+	exited := make(chan struct{})
+	n.mu.Lock()
+	n.Cmd, n.exited = cmd, exited
+	n.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		lw.flush()
+		fmt.Fprintf(f, "=== exit: %v\n", err)
+		f.Close()
+		n.mu.Lock()
+		n.exitErr = err
+		n.mu.Unlock()
+		close(exited)
+	}()
+
+	deadline := time.NewTimer(c.Opts.StartTimeout)
+	defer deadline.Stop()
+	for {
+		n.mu.Lock()
+		r, k, a := n.addrs["remote"], n.addrs["kafka"], n.addrs["raft"]
+		ch := n.addrCh
+		n.mu.Unlock()
+		if r != "" && k != "" && a != "" {
+			n.mu.Lock()
+			n.RemoteAddr, n.KafkaAddr, n.RaftAddr = r, k, a
+			n.mu.Unlock()
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-exited:
+			return fmt.Errorf("%s exited before listening (%v); log tail:\n%s", n.ID, n.exitErr, tail(n.LogPath, 30))
+		case <-deadline.C:
+			return fmt.Errorf("%s did not log its listeners within %v (have %v); log tail:\n%s", n.ID, c.Opts.StartTimeout, n.addrs, tail(n.LogPath, 30))
+		}
+	}
+}
+
+var (
+	listenerRe  = regexp.MustCompile(`(?:^| )listener=(\S+)`)
+	componentRe = regexp.MustCompile(`(?:^| )component=(\S+)`)
+	addrRe      = regexp.MustCompile(`(?:^| )addr=(\S+)`)
+)
+
+func (n *Node) onLine(line string) {
+	if !strings.Contains(line, "msg=listening") {
+		return
+	}
+	name := ""
+	if m := listenerRe.FindStringSubmatch(line); m != nil {
+		name = m[1]
+	} else if m := componentRe.FindStringSubmatch(line); m != nil {
+		name = m[1]
+	}
+	a := addrRe.FindStringSubmatch(line)
+	if name == "" || a == nil {
+		return
+	}
+	n.mu.Lock()
+	n.addrs[name] = a[1]
+	select {
+	case n.addrCh <- struct{}{}:
+	default:
+	}
+	n.mu.Unlock()
+}
+
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "COHORT_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// Kill ends node i with SIGKILL and waits for it to exit.
+func (c *Cluster) Kill(i int) {
+	n := c.Node(i)
+	if !n.Running() {
+		return
+	}
+	n.mu.Lock()
+	n.expected = true
+	n.mu.Unlock()
+	n.Cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// Stop ends node i with SIGTERM (graceful: it hands leadership over first)
+// and waits up to 20 s for it to exit, killing it and failing the test after
+// that.
+func (c *Cluster) Stop(i int) {
+	c.T.Helper()
+	n := c.Node(i)
+	if !n.Running() {
+		return
+	}
+	n.mu.Lock()
+	n.expected = true
+	n.mu.Unlock()
+	n.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(20 * time.Second):
+		n.Cmd.Process.Signal(syscall.SIGKILL)
+		<-n.exited
+		c.T.Errorf("%s did not exit within 20s of SIGTERM", n.ID)
+	}
+}
+
+// ExpectExit marks node i's process as allowed to exit on its own (a node
+// removed from the cluster may shut itself down).
+func (c *Cluster) ExpectExit(i int) {
+	n := c.Node(i)
+	n.mu.Lock()
+	n.expected = true
+	n.mu.Unlock()
+}
+
+// Restart starts node i again on its data directory and addresses. It asks
+// a running node to add it (which is a no-op for a member).
+func (c *Cluster) Restart(i int) {
+	c.T.Helper()
+	n := c.Node(i)
+	if n.Running() {
+		c.T.Fatalf("restart %s: still running", n.ID)
+	}
+	var extra []string
+	for _, o := range c.Running() {
+		extra = []string{"--join", o.RemoteAddr}
+		break
+	}
+	c.startNode(n, extra)
+}
+
+// AddNode starts a new node that joins through the current leader and waits
+// until it is a voter.
+func (c *Cluster) AddNode() *Node {
+	c.T.Helper()
+	leader := c.WaitLeader(20 * time.Second)
+	n := c.newNode()
+	c.startNode(n, []string{"--join", leader.RemoteAddr})
+	var voters []string
+	for _, o := range c.Nodes {
+		if o.Running() {
+			voters = append(voters, o.ID)
+		}
+	}
+	c.WaitVoters(voters, 30*time.Second)
+	return n
+}
+
+// StatusOf asks every given node for its status concurrently; a node that
+// does not answer has a nil entry and an error.
+func (c *Cluster) StatusOf(nodes []*Node, timeout time.Duration) ([]*clusterpb.StatusResponse, []error) {
+	sts := make([]*clusterpb.StatusResponse, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sts[i], errs[i] = c.Admin.Status(n.RemoteAddr, timeout)
+		}()
+	}
+	wg.Wait()
+	return sts, errs
+}
+
+// Leader polls the running nodes once and returns the one that reports
+// itself leader with the highest term, or nil.
+func (c *Cluster) Leader() *Node {
+	nodes := c.Running()
+	sts, _ := c.StatusOf(nodes, 2*time.Second)
+	var best *Node
+	var term uint64
+	for i, st := range sts {
+		if st != nil && st.State == "Leader" && (best == nil || st.Term > term) {
+			best, term = nodes[i], st.Term
+		}
+	}
+	return best
+}
+
+// WaitLeader waits until a running node reports itself leader and fails the
+// test after timeout.
+func (c *Cluster) WaitLeader(timeout time.Duration) *Node {
+	c.T.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if l := c.Leader(); l != nil {
+			return l
+		}
+		if time.Now().After(deadline) {
+			c.T.Fatalf("no leader among %d running nodes within %v", len(c.Running()), timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Voters returns the ids of the voters in the leader's configuration.
+func Voters(st *clusterpb.StatusResponse) []string {
+	var ids []string
+	for _, m := range st.Members {
+		if m.Suffrage == "voter" {
+			ids = append(ids, m.NodeId)
+		}
+	}
+	return ids
+}
+
+// WaitVoters waits until the leader's configuration has exactly ids as
+// voters and every node in ids reports the same leader.
+func (c *Cluster) WaitVoters(ids []string, timeout time.Duration) *Node {
+	c.T.Helper()
+	want := sortedCopy(ids)
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		if l := c.Leader(); l != nil {
+			st, err := c.Admin.Status(l.RemoteAddr, 2*time.Second)
+			if err == nil {
+				got := sortedCopy(Voters(st))
+				last = fmt.Sprintf("leader %s voters %v", l.ID, got)
+				if slices.Equal(got, want) && c.agreeOnLeader(ids, st.NodeId) {
+					return l
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			c.T.Fatalf("voters did not become %v within %v; last: %s", want, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) agreeOnLeader(ids []string, leader string) bool {
+	var nodes []*Node
+	for _, n := range c.Running() {
+		for _, id := range ids {
+			if n.ID == id {
+				nodes = append(nodes, n)
+			}
+		}
+	}
+	sts, _ := c.StatusOf(nodes, 2*time.Second)
+	for _, st := range sts {
+		if st == nil || st.LeaderId != leader {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitConverged waits until every running node reports the same applied
+// index and FSM hash, and returns their statuses.
+func (c *Cluster) WaitConverged(timeout time.Duration) []*clusterpb.StatusResponse {
+	c.T.Helper()
+	deadline := time.Now().Add(timeout)
+	var last []string
+	for {
+		nodes := c.Running()
+		sts, errs := c.StatusOf(nodes, 2*time.Second)
+		last = last[:0]
+		ok := errors.Join(errs...) == nil && len(sts) > 0
+		for i, st := range sts {
+			if st == nil {
+				last = append(last, fmt.Sprintf("%s: %v", nodes[i].ID, errs[i]))
+				continue
+			}
+			last = append(last, fmt.Sprintf("%s: state=%s applied=%d commit=%d hash=%s", st.NodeId, st.State, st.AppliedIndex, st.CommitIndex, st.FsmHash))
+			if ok && (st.FsmHash == "" || st.AppliedIndex != sts[0].AppliedIndex || st.FsmHash != sts[0].FsmHash) {
+				ok = false
+			}
+		}
+		if ok {
+			return sts
+		}
+		if time.Now().After(deadline) {
+			c.T.Fatalf("nodes did not converge within %v:\n  %s", timeout, strings.Join(last, "\n  "))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// RemoveVoter asks the leader to remove node i from the configuration.
+func (c *Cluster) RemoveVoter(i int) error {
+	l := c.WaitLeader(20 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_, err := c.Admin.Do(ctx, l.RemoteAddr, &clusterpb.RemoveVoterRequest{NodeId: c.Node(i).ID})
+	return err
+}
+
+// DumpLogs writes the tail of every node's log to the test log.
+func (c *Cluster) DumpLogs(lines int) {
+	c.mu.Lock()
+	nodes := append([]*Node(nil), c.Nodes...)
+	c.mu.Unlock()
+	for _, n := range nodes {
+		c.T.Logf("---- %s (%s) last %d lines ----\n%s", n.ID, n.LogPath, lines, tail(n.LogPath, lines))
+	}
+}
+
+func (c *Cluster) cleanup() {
+	c.mu.Lock()
+	nodes := append([]*Node(nil), c.Nodes...)
+	c.mu.Unlock()
+	for _, n := range nodes {
+		if n.exited == nil {
+			continue
+		}
+		n.mu.Lock()
+		crashed := !n.expected && !n.Running()
+		err := n.exitErr
+		n.mu.Unlock()
+		if crashed {
+			c.T.Errorf("%s exited on its own: %v", n.ID, err)
+		}
+	}
+	for _, n := range nodes {
+		if n.Running() {
+			n.mu.Lock()
+			n.expected = true
+			n.mu.Unlock()
+			n.Cmd.Process.Signal(syscall.SIGKILL)
+			<-n.exited
+		}
+	}
+	if c.T.Failed() {
+		c.DumpLogs(60)
+	}
+}
+
+// lineWriter copies a process's output to a file and hands every complete
+// line to onLine.
+type lineWriter struct {
+	mu     sync.Mutex
+	f      *os.File
+	buf    []byte
+	onLine func(string)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.f.Write(p)
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.onLine(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *lineWriter) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.onLine(string(w.buf))
+		w.buf = nil
+	}
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return out
+}
