@@ -126,7 +126,7 @@ func (d *groupDriver) partitions() []*pb.TopicPartitions {
 	return out
 }
 
-var fuzzErrs = []error{nil, ErrStoreTimeout, ErrStoreNotLeader, ErrStoreUnavailable, ErrRecordTooLarge, errors.New("other")}
+var fuzzErrs = []error{nil, ErrStoreTimeout, ErrStoreNotLeader, ErrStoreUnavailable, ErrRecordTooLarge, ErrStoreFenced, errors.New("other")}
 
 func (d *groupDriver) step() {
 	h, f := d.h, d.in

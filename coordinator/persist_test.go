@@ -270,6 +270,7 @@ func TestCommitWriteFailureMapping(t *testing.T) {
 		{ErrStoreNotLeader, ErrNotCoordinator},
 		{ErrStoreUnavailable, ErrCoordinatorNotAvailable},
 		{ErrRecordTooLarge, ErrInvalidCommitOffsetSize},
+		{ErrStoreFenced, ErrIllegalGeneration},
 		{errors.New("boom"), ErrUnknownServerError},
 	}
 	for _, tc := range cases {
