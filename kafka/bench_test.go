@@ -1,0 +1,532 @@
+package kafka_test
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohort-coord/cohort/node"
+)
+
+// The benchmark compares cohort with franz-go's kfake broker on the same
+// machine in the same run. Each server runs in a child process (this test
+// binary, re-executed), so its CPU time can be read from /proc while this
+// process generates load over loopback with pipelined connections.
+//
+//	go test -run '^$' -bench BenchmarkGroups -benchtime 200000x ./kafka/
+//
+// Before measuring, 10,000 groups of 10 members each join and sync (100,000
+// members). Then closed-loop Heartbeat and OffsetCommit requests for those
+// members are sent round-robin over benchConns connections with
+// benchDepth requests in flight on each.
+
+const (
+	benchGroups   = 10000
+	benchMembers  = 10
+	benchConns    = 32
+	benchDepth    = 16
+	setupParallel = 100
+	benchTopic    = "bench"
+	benchSession  = 10 * time.Minute
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv("COHORT_BENCH_SERVER") {
+	case "cohort":
+		os.Exit(serveCohort())
+	case "kfake":
+		os.Exit(serveKfake())
+	}
+	os.Exit(m.Run())
+}
+
+// serveCohort runs a cohort node (coordinator + Kafka listener) until stdin
+// closes.
+func serveCohort() int {
+	dir, err := os.MkdirTemp("", "cohort-bench-")
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	cfg := node.DefaultConfig()
+	cfg.DataDir, cfg.RemoteAddr = dir, "127.0.0.1:0"
+	cfg.Kafka.Addr = "127.0.0.1:0"
+	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := node.Start(cfg)
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Println("ADDR", n.KafkaAddr())
+	io.Copy(io.Discard, os.Stdin)
+	n.Close()
+	return 0
+}
+
+func serveKfake() int {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchMembers, benchTopic), kfake.GroupMaxSessionTimeout(30*time.Minute))
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Println("ADDR", c.ListenAddrs()[0])
+	io.Copy(io.Discard, os.Stdin)
+	c.Close()
+	return 0
+}
+
+type benchServer struct {
+	name  string
+	addr  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+func startBenchServer(b *testing.B, name string) *benchServer {
+	b.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "COHORT_BENCH_SERVER="+name)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ADDR ") {
+		cmd.Process.Kill()
+		b.Fatalf("%s server: %q %v", name, line, err)
+	}
+	return &benchServer{name: name, addr: strings.TrimSpace(strings.TrimPrefix(line, "ADDR ")), cmd: cmd, stdin: stdin}
+}
+
+func (s *benchServer) stop() {
+	s.stdin.Close()
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// cpu returns the server's user+system CPU time.
+func (s *benchServer) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+}
+
+// pconn is a pipelined Kafka connection: any number of goroutines may call
+// do; answers are matched to requests in order.
+type pconn struct {
+	nc      net.Conn
+	wmu     sync.Mutex
+	corr    int32
+	buf     []byte
+	fm      *kmsg.RequestFormatter
+	waiters chan *waiter
+	dead    chan struct{}
+	err     error
+}
+
+type waiter struct {
+	req  kmsg.Request
+	resp kmsg.Response
+	err  error
+	done chan struct{}
+}
+
+func dialP(addr string) (*pconn, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &pconn{nc: nc, fm: kmsg.NewRequestFormatter(kmsg.FormatterClientID("bench")), waiters: make(chan *waiter, 1024), dead: make(chan struct{})}
+	go c.readLoop()
+	return c, nil
+}
+
+func (c *pconn) readLoop() {
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	var size [4]byte
+	for w := range c.waiters {
+		var err error
+		if _, err = io.ReadFull(br, size[:]); err == nil {
+			frame := make([]byte, binary.BigEndian.Uint32(size[:]))
+			if _, err = io.ReadFull(br, frame); err == nil {
+				body := frame[4:]
+				resp := w.req.ResponseKind()
+				resp.SetVersion(w.req.GetVersion())
+				if resp.IsFlexible() && len(body) > 0 {
+					body = body[1:]
+				}
+				err = resp.ReadFrom(body)
+				w.resp = resp
+			}
+		}
+		w.err = err
+		close(w.done)
+		if err != nil {
+			c.err = err
+			close(c.dead)
+			for w := range c.waiters {
+				w.err = err
+				close(w.done)
+			}
+			return
+		}
+	}
+}
+
+func (c *pconn) do(req kmsg.Request) (kmsg.Response, error) {
+	w := &waiter{req: req, done: make(chan struct{})}
+	c.wmu.Lock()
+	select {
+	case <-c.dead:
+		c.wmu.Unlock()
+		return nil, c.err
+	default:
+	}
+	c.corr++
+	c.buf = c.fm.AppendRequest(c.buf[:0], req, c.corr)
+	c.waiters <- w
+	_, err := c.nc.Write(c.buf)
+	c.wmu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	<-w.done
+	return w.resp, w.err
+}
+
+func (c *pconn) close() {
+	c.nc.Close()
+	c.wmu.Lock()
+	close(c.waiters)
+	c.wmu.Unlock()
+}
+
+type member struct {
+	group, id string
+	gen       int32
+	partition int32
+}
+
+// joinGroup brings benchMembers members into group through conns (one per
+// member, so a parked JoinGroup never blocks another member). Each member
+// behaves like a client: join, sync (the leader assigns one partition per
+// member), then heartbeat until all are stable in one generation, re-joining
+// when told to.
+func joinGroup(conns []*pconn, group string) ([]member, error) {
+	var (
+		mu     sync.Mutex
+		synced = make([]int32, len(conns))
+		out    = make([]member, len(conns))
+		errs   = make([]error, len(conns))
+		done   atomic.Bool
+		wg     sync.WaitGroup
+	)
+	deadline := time.Now().Add(2 * time.Minute)
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := ""
+			for !done.Load() {
+				if time.Now().After(deadline) {
+					errs[i] = fmt.Errorf("group %s member %d: not stable in time", group, i)
+					return
+				}
+				j := kmsg.NewPtrJoinGroupRequest()
+				j.SetVersion(3)
+				j.Group, j.MemberID, j.ProtocolType = group, id, "consumer"
+				j.SessionTimeoutMillis, j.RebalanceTimeoutMillis = int32(benchSession.Milliseconds()), 60000
+				meta := kmsg.NewConsumerMemberMetadata()
+				meta.Topics = []string{benchTopic}
+				p := kmsg.NewJoinGroupRequestProtocol()
+				p.Name, p.Metadata = "range", meta.AppendTo(nil)
+				j.Protocols = append(j.Protocols, p)
+				r, err := c.do(j)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				jr := r.(*kmsg.JoinGroupResponse)
+				if jr.ErrorCode != 0 {
+					if jr.ErrorCode == 25 { // UNKNOWN_MEMBER_ID
+						id = ""
+					}
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				id = jr.MemberID
+				s := kmsg.NewPtrSyncGroupRequest()
+				s.SetVersion(3)
+				s.Group, s.Generation, s.MemberID = group, jr.Generation, id
+				if jr.LeaderID == id {
+					for k, m := range jr.Members {
+						a := kmsg.NewConsumerMemberAssignment()
+						at := kmsg.NewConsumerMemberAssignmentTopic()
+						at.Topic, at.Partitions = benchTopic, []int32{int32(k % benchMembers)}
+						a.Topics = append(a.Topics, at)
+						ga := kmsg.NewSyncGroupRequestGroupAssignment()
+						ga.MemberID, ga.MemberAssignment = m.MemberID, a.AppendTo(nil)
+						s.GroupAssignment = append(s.GroupAssignment, ga)
+					}
+				}
+				r, err = c.do(s)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				sr := r.(*kmsg.SyncGroupResponse)
+				if sr.ErrorCode != 0 {
+					continue
+				}
+				var a kmsg.ConsumerMemberAssignment
+				if err := a.ReadFrom(sr.MemberAssignment); err != nil || len(a.Topics) != 1 || len(a.Topics[0].Partitions) != 1 {
+					continue
+				}
+				mu.Lock()
+				synced[i] = jr.Generation
+				out[i] = member{group: group, id: id, gen: jr.Generation, partition: a.Topics[0].Partitions[0]}
+				mu.Unlock()
+				for !done.Load() {
+					h := kmsg.NewPtrHeartbeatRequest()
+					h.SetVersion(3)
+					h.Group, h.Generation, h.MemberID = group, jr.Generation, id
+					r, err := c.do(h)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					if r.(*kmsg.HeartbeatResponse).ErrorCode != 0 {
+						break
+					}
+					mu.Lock()
+					all := true
+					for _, g := range synced {
+						all = all && g == jr.Generation
+					}
+					mu.Unlock()
+					if all {
+						done.Store(true)
+						return
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for _, m := range out {
+		if m.gen != out[0].gen {
+			return nil, fmt.Errorf("group %s: members at generations %d and %d", group, out[0].gen, m.gen)
+		}
+	}
+	return out, nil
+}
+
+func joinAll(b *testing.B, addr string) []member {
+	b.Helper()
+	start := time.Now()
+	jobs := make(chan int)
+	results := make([][]member, benchGroups)
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range setupParallel {
+		conns := make([]*pconn, benchMembers)
+		for i := range conns {
+			c, err := dialP(addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns[i] = c
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				for _, c := range conns {
+					c.close()
+				}
+			}()
+			for g := range jobs {
+				ms, err := joinGroup(conns, fmt.Sprintf("bench-%05d", g))
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				results[g] = ms
+			}
+		}()
+	}
+	for g := range benchGroups {
+		jobs <- g
+	}
+	close(jobs)
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	var all []member
+	for _, ms := range results {
+		all = append(all, ms...)
+	}
+	b.Logf("joined %d members in %d groups in %v", len(all), benchGroups, time.Since(start).Round(time.Millisecond))
+	return all
+}
+
+func createBenchTopic(b *testing.B, addr string) {
+	c, err := dialP(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.SetVersion(4)
+	t := kmsg.NewCreateTopicsRequestTopic()
+	t.Topic, t.NumPartitions, t.ReplicationFactor = benchTopic, benchMembers, 1
+	req.Topics = append(req.Topics, t)
+	r, err := c.do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if code := r.(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode; code != 0 && code != 36 { // 36: already exists
+		b.Fatalf("create topic: error %d", code)
+	}
+}
+
+// load sends b.N requests built by mk for members round-robin, closed loop,
+// and reports throughput and the server's CPU per request.
+func load(b *testing.B, s *benchServer, ms []member, mk func(m member) kmsg.Request, ok func(kmsg.Response) bool) {
+	conns := make([]*pconn, benchConns)
+	for i := range conns {
+		c, err := dialP(s.addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns[i] = c
+	}
+	defer func() {
+		for _, c := range conns {
+			c.close()
+		}
+	}()
+	var next, bad atomic.Int64
+	var firstErr atomic.Value
+	b.ResetTimer()
+	cpu0, t0 := s.cpu(), time.Now()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		for range benchDepth {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					n := next.Add(1) - 1
+					if n >= int64(b.N) {
+						return
+					}
+					r, err := c.do(mk(ms[int(n)%len(ms)]))
+					if err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					if !ok(r) {
+						bad.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	elapsed, cpu := time.Since(t0), s.cpu()-cpu0
+	b.StopTimer()
+	if err, _ := firstErr.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	if bad.Load() > 0 {
+		b.Fatalf("%d of %d answers carried an error", bad.Load(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-cpu-µs/req")
+}
+
+func heartbeat(m member) kmsg.Request {
+	h := kmsg.NewPtrHeartbeatRequest()
+	h.SetVersion(4)
+	h.Group, h.Generation, h.MemberID = m.group, m.gen, m.id
+	return h
+}
+
+func heartbeatOK(r kmsg.Response) bool { return r.(*kmsg.HeartbeatResponse).ErrorCode == 0 }
+
+var commitSeq atomic.Int64
+
+func offsetCommit(m member) kmsg.Request {
+	c := kmsg.NewPtrOffsetCommitRequest()
+	c.SetVersion(8)
+	c.Group, c.Generation, c.MemberID = m.group, m.gen, m.id
+	t := kmsg.NewOffsetCommitRequestTopic()
+	t.Topic = benchTopic
+	p := kmsg.NewOffsetCommitRequestTopicPartition()
+	p.Partition, p.Offset = m.partition, commitSeq.Add(1)
+	t.Partitions = append(t.Partitions, p)
+	c.Topics = append(c.Topics, t)
+	return c
+}
+
+func offsetCommitOK(r kmsg.Response) bool {
+	for _, t := range r.(*kmsg.OffsetCommitResponse).Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func BenchmarkGroups(b *testing.B) {
+	for _, name := range []string{"cohort", "kfake"} {
+		s := startBenchServer(b, name)
+		createBenchTopic(b, s.addr)
+		ms := joinAll(b, s.addr)
+		b.Run(name+"/heartbeat", func(b *testing.B) { load(b, s, ms, heartbeat, heartbeatOK) })
+		b.Run(name+"/offsetcommit", func(b *testing.B) { load(b, s, ms, offsetCommit, offsetCommitOK) })
+		s.stop()
+	}
+}
