@@ -481,3 +481,31 @@ func TestStuckStaticRebalanceWithZeroRebalanceTimeout(t *testing.T) {
 		t.Fatalf("answer %v", r)
 	}
 }
+
+// A static member that restarts before its first SyncGroup is still pending
+// sync; if the pending-sync timer removes it while its replacement is being
+// written, its JoinGroup is answered (UNKNOWN_MEMBER_ID), not lost.
+func TestStaticReplacementPendingSyncExpiry(t *testing.T) {
+	h := newHarness(t)
+	a := h.join(staticJoin("ia", 5, ""))
+	b := h.join(staticJoin("ib", 5, ""))
+	h.advance(6 * time.Second)
+	ia, ib := h.joinOK(a).MemberId, h.joinOK(b).MemberId
+	h.syncCode(h.syncGroup(1, ia, ia)[ia]) // ib never syncs
+	h.wantState(Stable, 1, ia, ib)
+	h.hold = true
+	newID := h.nextID("ib")
+	j := h.join(staticJoin("ib", 5, ""))
+	h.wantParked(j)
+	for range 11 {
+		h.advance(5 * time.Second)
+		h.g.Heartbeat(h.now, &pb.HeartbeatRequest{GroupId: "g", MemberId: ia, GroupInstanceId: strp("ia"), GenerationId: 1}, &h.fx)
+		h.g.Heartbeat(h.now, &pb.HeartbeatRequest{GroupId: "g", MemberId: newID, GroupInstanceId: strp("ib"), GenerationId: 1}, &h.fx)
+		h.apply()
+	}
+	h.advance(5 * time.Second) // pending-sync timer: 6s + 60s
+	checkMsg(t, "join", joinError("", ErrUnknownMemberID), answer[*pb.JoinGroupResponse](h, j))
+	h.wantState(PreparingRebalance, 1, ia)
+	h.release(nil)
+	h.wantState(PreparingRebalance, 1, ia)
+}

@@ -140,6 +140,11 @@ func (g *Group) onSyncTimer(now time.Time, fx *Effects) {
 	for i := 0; i < len(g.order); {
 		m := g.order[i]
 		if _, ok := g.pendSync[m.id]; ok {
+			if m.joinReply != nil {
+				// A static replacement waiting for its write.
+				fx.reply(m.joinReply, joinError("", ErrUnknownMemberID))
+				g.setJoinReply(m, nil, 0)
+			}
 			g.removeMember(m, fx)
 			continue
 		}
