@@ -11,8 +11,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"hash/fnv"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
@@ -22,6 +28,9 @@ import (
 	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
 	"github.com/cohort-coord/cohort/kafka"
+	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+	"github.com/cohort-coord/cohort/raftfsm"
 )
 
 // Config is a node's configuration.
@@ -33,8 +42,17 @@ type Config struct {
 	// over gRPC). Port 0 picks a free port.
 	RemoteAddr string
 	// Kafka configures the Kafka protocol listener.
-	Kafka  kafka.Config
-	Group  coordinator.Config
+	Kafka kafka.Config
+	Group coordinator.Config
+	// Raft configures replication; Raft.Dir defaults to DataDir/raft.
+	Raft raftfsm.Config
+	// Bootstrap makes this node the first voter of a new cluster. A node with
+	// neither Bootstrap nor Join and no Raft state bootstraps itself too: a
+	// single-node cluster.
+	Bootstrap bool
+	// Join is the native API address of any cluster member; the node asks it
+	// to be added as a voter (again on every start, which is harmless).
+	Join   string
 	Logger *slog.Logger
 }
 
@@ -45,6 +63,7 @@ func DefaultConfig() Config {
 		RemoteAddr: "127.0.0.1:8090",
 		Kafka:      kafka.DefaultConfig(),
 		Group:      coordinator.DefaultConfig(),
+		Raft:       raftfsm.DefaultConfig(),
 	}
 }
 
@@ -71,6 +90,25 @@ func (c Config) Validate() error {
 	if c.Kafka.DefaultPartitions <= 0 {
 		errs = append(errs, fmt.Errorf("default partitions must be positive, got %d", c.Kafka.DefaultPartitions))
 	}
+	if c.Raft.NodeID == "" {
+		errs = append(errs, errors.New("node id must not be empty"))
+	}
+	if err := validateAddr(c.Raft.RaftAddr); err != nil {
+		errs = append(errs, fmt.Errorf("raft addr: %w", err))
+	}
+	if c.Join != "" {
+		if err := validateAddr(c.Join); err != nil {
+			errs = append(errs, fmt.Errorf("join: %w", err))
+		}
+		if c.Bootstrap {
+			errs = append(errs, errors.New("bootstrap and join exclude each other"))
+		}
+	}
+	for name, d := range map[string]time.Duration{"raft heartbeat timeout": c.Raft.HeartbeatTimeout, "raft election timeout": c.Raft.ElectionTimeout, "raft leader lease timeout": c.Raft.LeaderLeaseTimeout} {
+		if d < 5*time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s must be at least 5ms, got %v", name, d))
+		}
+	}
 	if err := c.Group.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -96,18 +134,27 @@ func validateAddr(addr string) error {
 type Node struct {
 	cfg        Config
 	log        *slog.Logger
+	raft       *raftfsm.Node
 	system     *actor.ActorSystem
 	remote     *remote.Remote
 	service    *actors.Service
-	topics     *catalog.Catalog
 	kafka      *kafka.Listener
 	stopKafka  context.CancelFunc
 	kafkaDone  chan error
 	lock       *os.File
 	remoteAddr string
+	kafkaID    int32
+	stop       chan struct{}
+	bg         sync.WaitGroup
+	closeOnce  sync.Once
+	active     atomic.Bool
 }
 
-// Start starts a node and returns once it serves.
+// activateTimeout bounds the switch of the group service on a leadership change.
+const activateTimeout = 30 * time.Second
+
+// Start starts a node and returns once its listeners serve. Group requests
+// are answered NOT_COORDINATOR until this node leads the Raft cluster.
 func Start(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -116,7 +163,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	n := &Node{cfg: cfg, log: log}
+	n := &Node{cfg: cfg, log: log, stop: make(chan struct{}), kafkaID: KafkaNodeID(cfg.Raft.NodeID)}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -125,33 +172,192 @@ func Start(cfg Config) (_ *Node, err error) {
 	if n.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	rc := cfg.Raft
+	if rc.Dir == "" {
+		rc.Dir = filepath.Join(cfg.DataDir, "raft")
+	}
+	rc.Bootstrap = cfg.Bootstrap || (cfg.Join == "" && !raftfsm.HasState(rc.Dir))
+	rc.Logger = log
+	if n.raft, err = raftfsm.Open(rc); err != nil {
+		return nil, err
+	}
+	log.Info("listening", "listener", "raft", "addr", n.raft.Addr(), "node", rc.NodeID, "bootstrap", rc.Bootstrap)
 	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return log.With("component", "actor")
 	}))
 	if err = n.startRemote(); err != nil {
 		return nil, err
 	}
-	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Logger: log})
+	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true})
 	if err != nil {
 		return nil, err
 	}
-	log.Info("listening", "listener", "remote", "addr", n.remoteAddr, "actor", actors.RouterName)
-	n.topics = catalog.New()
-	if n.kafka, err = kafka.New(cfg.Kafka, n.service, n.topics, log.With("component", "kafka")); err != nil {
+	if _, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &adminActor{n: n} }), AdminName); err != nil {
+		return nil, fmt.Errorf("spawn %s actor: %w", AdminName, err)
+	}
+	log.Info("listening", "listener", "remote", "addr", n.remoteAddr, "actors", actors.RouterName+","+AdminName)
+	kcfg := cfg.Kafka
+	kcfg.NodeID = n.kafkaID
+	kcfg.Coordinator = n.coordinatorBroker
+	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err
 	}
 	var kctx context.Context
 	kctx, n.stopKafka = context.WithCancel(context.Background())
 	n.kafkaDone = make(chan error, 1)
 	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
+	n.bg.Add(2)
+	go n.watchLeadership()
+	go n.register()
 	return n, nil
 }
 
-// KafkaAddr returns the address the Kafka listener is bound to.
-func (n *Node) KafkaAddr() string { return n.kafka.Addr().String() }
+// KafkaNodeID is the broker id Kafka clients see for a node id.
+func KafkaNodeID(id string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int32(h.Sum32() & 0x7fffffff)
+}
 
-// Topics returns the topic catalog.
-func (n *Node) Topics() *catalog.Catalog { return n.topics }
+// watchLeadership runs the group service on the leader only: on gaining
+// leadership it waits until every earlier entry is applied (barrier), then
+// loads every group with fresh session timers; on losing it, it stops them
+// at once.
+func (n *Node) watchLeadership() {
+	defer n.bg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case leader := <-n.raft.LeaderCh:
+			if leader {
+				n.onLeader()
+				continue
+			}
+			n.log.Info("leadership lost: group service fenced")
+			n.active.Store(false)
+			if err := n.service.Deactivate(activateTimeout); err != nil {
+				n.log.Error("fence group service", "err", err)
+			}
+		}
+	}
+}
+
+func (n *Node) onLeader() {
+	start := time.Now()
+	if err := n.raft.Raft.Barrier(activateTimeout).Error(); err != nil {
+		n.log.Warn("leader barrier failed", "err", err)
+		return
+	}
+	if !n.raft.IsLeader() {
+		return
+	}
+	if err := n.service.Activate(activateTimeout); err != nil {
+		n.log.Error("activate group service", "err", err)
+		return
+	}
+	n.active.Store(true)
+	groups, _ := n.raft.FSM.Groups()
+	n.log.Info("leader: group service active", "groups", len(groups), "took", time.Since(start))
+	ctx, cancel := context.WithTimeout(context.Background(), activateTimeout)
+	defer cancel()
+	if err := n.raft.Register(ctx, n.self()); err != nil {
+		n.log.Warn("register self", "err", err)
+	}
+}
+
+func (n *Node) self() *raftpb.NodeRegister {
+	kafkaAddr := n.cfg.Kafka.AdvertisedAddr
+	if kafkaAddr == "" && n.kafka != nil {
+		kafkaAddr = n.kafka.Addr().String()
+	}
+	return &raftpb.NodeRegister{NodeId: n.raft.ID(), RaftAddr: n.raft.Addr(), RemoteAddr: n.remoteAddr, KafkaAddr: kafkaAddr}
+}
+
+// register makes sure the cluster knows this node and its current
+// addresses: a joining node asks the given member, a restarted one asks the
+// members it knows. It retries until it succeeds or the node stops.
+func (n *Node) register() {
+	defer n.bg.Done()
+	for attempt := 0; ; attempt++ {
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if n.raft.IsLeader() {
+			return // a leader registers itself
+		}
+		targets := n.joinTargets()
+		for _, t := range targets {
+			err := n.askJoin(t)
+			if err == nil {
+				n.log.Info("registered with the cluster", "via", t)
+				return
+			}
+			if attempt%25 == 0 {
+				n.log.Info("join attempt failed; retrying", "via", t, "err", err)
+			}
+		}
+	}
+}
+
+// joinTargets are the native API addresses to ask: the --join address, or
+// the other members this node knows from the replicated registry.
+func (n *Node) joinTargets() []string {
+	if n.cfg.Join != "" {
+		return []string{n.cfg.Join}
+	}
+	var out []string
+	for _, reg := range n.raft.FSM.Nodes() {
+		if reg.GetNodeId() != n.raft.ID() && reg.GetRemoteAddr() != "" {
+			out = append(out, reg.GetRemoteAddr())
+		}
+	}
+	return out
+}
+
+// askJoin sends a JoinRequest to a member, following it to the leader.
+func (n *Node) askJoin(addr string) error {
+	reg := n.self()
+	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr}
+	for hop := 0; hop < 3; hop++ {
+		res, err := n.system.Root.RequestFuture(actor.NewPID(addr, AdminName), join, 10*time.Second).Result()
+		if err != nil {
+			return err
+		}
+		r, ok := res.(*clusterpb.JoinResponse)
+		if !ok {
+			return fmt.Errorf("unexpected answer %T", res)
+		}
+		if r.GetError() == "" {
+			return nil
+		}
+		if r.GetLeaderRemoteAddr() == "" || r.GetLeaderRemoteAddr() == addr {
+			return errors.New(r.GetError())
+		}
+		addr = r.GetLeaderRemoteAddr()
+	}
+	return errors.New("no leader found")
+}
+
+// coordinatorBroker answers FindCoordinator: the leader's Kafka address.
+func (n *Node) coordinatorBroker(string) (kafka.Broker, int16) {
+	id := n.raft.LeaderID()
+	if id == "" {
+		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
+	}
+	reg, ok := n.raft.FSM.Node(id)
+	if !ok || reg.GetKafkaAddr() == "" {
+		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
+	}
+	host, port, err := net.SplitHostPort(reg.GetKafkaAddr())
+	p, perr := strconv.Atoi(port)
+	if err != nil || perr != nil {
+		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
+	}
+	return kafka.Broker{NodeID: KafkaNodeID(id), Host: host, Port: int32(p)}, 0
+}
 
 func (n *Node) startRemote() (err error) {
 	host, portStr, _ := net.SplitHostPort(n.cfg.RemoteAddr)
@@ -196,37 +402,94 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 	}
 }
 
+// Active reports whether this node coordinates groups now (it leads).
+func (n *Node) Active() bool { return n.active.Load() }
+
+// WaitActive waits until this node coordinates groups.
+func (n *Node) WaitActive(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !n.active.Load() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s did not become the coordinator within %v", n.raft.ID(), timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// KafkaAddr returns the address the Kafka listener is bound to.
+func (n *Node) KafkaAddr() string { return n.kafka.Addr().String() }
+
+// RaftAddr returns the Raft address.
+func (n *Node) RaftAddr() string { return n.raft.Addr() }
+
+// Raft returns the Raft node.
+func (n *Node) Raft() *raftfsm.Node { return n.raft }
+
+// Topics returns the topic catalog.
+func (n *Node) Topics() *catalog.Catalog { return n.raft.Catalog }
+
 // Service returns the group service (the same the listeners use).
 func (n *Node) Service() *actors.Service { return n.service }
 
 // RemoteAddr returns the address the native API listens on.
 func (n *Node) RemoteAddr() string { return n.remoteAddr }
 
-// Close stops the node: the Kafka listener first (no new requests), then the
-// group actors, then the native API.
+// Shutdown stops the node gracefully: a leader first hands leadership to
+// another voter, so members see a failover without a session timeout.
+func (n *Node) Shutdown() error {
+	if n.raft != nil && n.raft.IsLeader() && len(n.voters()) > 1 {
+		if err := n.raft.Raft.LeadershipTransfer().Error(); err != nil {
+			n.log.Warn("leadership transfer before shutdown failed", "err", err)
+		} else {
+			n.log.Info("leadership transferred before shutdown", "leader", n.raft.LeaderID())
+		}
+	}
+	return n.Close()
+}
+
+func (n *Node) voters() []string {
+	f := n.raft.Raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var ids []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			ids = append(ids, string(s.ID))
+		}
+	}
+	return ids
+}
+
+// Close stops the node at once: Kafka listener, group actors, native API,
+// Raft.
 func (n *Node) Close() error {
-	if n.stopKafka != nil {
-		n.stopKafka()
-		<-n.kafkaDone
-		n.stopKafka = nil
-	}
-	if n.service != nil {
-		n.service.Stop()
-		n.service = nil
-	}
-	if n.remote != nil {
-		n.remote.Shutdown(true)
-		n.remote = nil
-	}
-	if n.system != nil {
-		n.system.Shutdown()
-		n.system = nil
-	}
-	if n.lock != nil {
-		n.lock.Close()
-		n.lock = nil
-	}
-	return nil
+	var err error
+	n.closeOnce.Do(func() {
+		close(n.stop)
+		if n.stopKafka != nil {
+			n.stopKafka()
+			<-n.kafkaDone
+		}
+		if n.service != nil {
+			n.service.Stop()
+		}
+		if n.remote != nil {
+			n.remote.Shutdown(true)
+		}
+		if n.raft != nil {
+			err = n.raft.Close()
+		}
+		n.bg.Wait()
+		if n.system != nil {
+			n.system.Shutdown()
+		}
+		if n.lock != nil {
+			n.lock.Close()
+		}
+	})
+	return err
 }
 
 // Run starts a node and serves until ctx is done.
@@ -237,7 +500,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	<-ctx.Done()
 	n.log.Info("shutting down")
-	return n.Close()
+	return n.Shutdown()
 }
 
 // lockDataDir creates dir and takes an exclusive lock on it, so two nodes

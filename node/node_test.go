@@ -28,6 +28,10 @@ func startNode(t *testing.T) *Node {
 	cfg.DataDir = t.TempDir()
 	cfg.RemoteAddr = "127.0.0.1:0"
 	cfg.Kafka.Addr = "127.0.0.1:0"
+	cfg.Raft.RaftAddr = "127.0.0.1:0"
+	cfg.Raft.HeartbeatTimeout = 100 * time.Millisecond
+	cfg.Raft.ElectionTimeout = 100 * time.Millisecond
+	cfg.Raft.LeaderLeaseTimeout = 50 * time.Millisecond
 	cfg.Group.InitialRebalanceDelay = 0
 	cfg.Logger = quiet()
 	n, err := Start(cfg)
@@ -35,6 +39,9 @@ func startNode(t *testing.T) *Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
+	if err := n.WaitActive(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	return n
 }
 
@@ -165,6 +172,8 @@ func TestDataDirIsLocked(t *testing.T) {
 	n := startNode(t)
 	cfg := n.cfg
 	cfg.RemoteAddr = "127.0.0.1:0"
+	cfg.Kafka.Addr = "127.0.0.1:0"
+	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	if _, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("second node on the same data dir: %v", err)
 	}

@@ -50,6 +50,14 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node's durable state")
 	fs.StringVar(&cfg.RemoteAddr, "remote-addr", cfg.RemoteAddr, "host:port of the native group API (protoactor remote); port 0 picks a free port")
+	r := &cfg.Raft
+	fs.StringVar(&r.NodeID, "node-id", r.NodeID, "this node's id in the Raft cluster")
+	fs.StringVar(&r.RaftAddr, "raft-addr", r.RaftAddr, "host:port for Raft traffic; port 0 picks a free port, kept across restarts")
+	fs.BoolVar(&cfg.Bootstrap, "bootstrap", cfg.Bootstrap, "start a new cluster with this node as its first voter (a node without --join and without state does this by itself)")
+	fs.StringVar(&cfg.Join, "join", cfg.Join, "native API host:port of any cluster member: ask it to add this node as a voter")
+	fs.DurationVar(&r.HeartbeatTimeout, "raft-heartbeat-timeout", r.HeartbeatTimeout, "Raft heartbeat timeout (a follower without contact this long starts an election)")
+	fs.DurationVar(&r.ElectionTimeout, "raft-election-timeout", r.ElectionTimeout, "Raft election timeout")
+	fs.DurationVar(&r.LeaderLeaseTimeout, "raft-leader-lease-timeout", r.LeaderLeaseTimeout, "Raft leader lease (at most the heartbeat timeout)")
 	k := &cfg.Kafka
 	fs.StringVar(&k.Addr, "kafka-addr", k.Addr, "host:port of the Kafka protocol listener; port 0 picks a free port")
 	fs.StringVar(&k.AdvertisedAddr, "kafka-advertised-addr", k.AdvertisedAddr, "host:port that Metadata and FindCoordinator tell clients (default: the bound address)")

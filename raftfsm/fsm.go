@@ -1,0 +1,272 @@
+// Package raftfsm replicates cohort's durable state with hashicorp/raft:
+// every group's metadata record and committed offsets, the topic catalog and
+// the registry of nodes. Each log entry is one protobuf Envelope {type,
+// version, payload} applied through a table of apply functions; snapshots
+// are length-delimited typed records in a fixed order, so equal states give
+// equal bytes (and equal hashes) on every node.
+package raftfsm
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cohort-coord/cohort/catalog"
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+)
+
+// CommandVersion is the envelope version this code writes and applies.
+const CommandVersion = 1
+
+// ErrBadCommand: an entry that this version cannot apply. Every replica
+// refuses it the same way.
+var ErrBadCommand = errors.New("raftfsm: bad command")
+
+// ApplyResult is what FSM.Apply returns for an entry: Err for the whole
+// entry, or one error per write of a GroupWrites entry.
+type ApplyResult struct {
+	Err  error
+	Errs []error
+}
+
+// FSM is the replicated state machine.
+type FSM struct {
+	mu      sync.RWMutex
+	state   *State
+	nodes   map[string]*raftpb.NodeRegister
+	catalog *catalog.Catalog
+	log     *slog.Logger
+}
+
+// NewFSM returns an empty FSM that applies topic commands to cat.
+func NewFSM(cat *catalog.Catalog, log *slog.Logger) *FSM {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &FSM{state: NewState(), nodes: map[string]*raftpb.NodeRegister{}, catalog: cat, log: log}
+}
+
+var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResult{
+	raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES:  (*FSM).applyGroupWrites,
+	raftpb.CommandType_COMMAND_TYPE_TOPIC_CREATE:  (*FSM).applyTopicCreate,
+	raftpb.CommandType_COMMAND_TYPE_TOPIC_DELETE:  (*FSM).applyTopicDelete,
+	raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER: (*FSM).applyNodeRegister,
+	raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE:   (*FSM).applyNodeRemove,
+}
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(l *raft.Log) any {
+	var env raftpb.Envelope
+	if err := proto.Unmarshal(l.Data, &env); err != nil {
+		return &ApplyResult{Err: fmt.Errorf("%w: entry %d: %v", ErrBadCommand, l.Index, err)}
+	}
+	apply, ok := applyTable[env.GetType()]
+	if !ok || env.GetVersion() != CommandVersion {
+		f.log.Error("refusing an entry this version cannot apply", "index", l.Index, "type", env.GetType(), "version", env.GetVersion())
+		return &ApplyResult{Err: fmt.Errorf("%w: entry %d: type %v version %d", ErrBadCommand, l.Index, env.GetType(), env.GetVersion())}
+	}
+	return apply(f, env.GetPayload())
+}
+
+func (f *FSM) applyGroupWrites(payload []byte) *ApplyResult {
+	var ws raftpb.GroupWrites
+	if err := proto.Unmarshal(payload, &ws); err != nil {
+		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
+	}
+	res := &ApplyResult{Errs: make([]error, len(ws.GetWrites()))}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, w := range ws.GetWrites() {
+		res.Errs[i] = f.state.ApplyWrite(w)
+	}
+	return res
+}
+
+func (f *FSM) applyTopicCreate(payload []byte) *ApplyResult {
+	var t raftpb.TopicCreate
+	if err := proto.Unmarshal(payload, &t); err != nil {
+		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
+	}
+	cmd := catalog.CreateTopic{Name: t.GetName(), Partitions: t.GetPartitions()}
+	copy(cmd.ID[:], t.GetId())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &ApplyResult{Err: f.catalog.Apply(cmd)}
+}
+
+func (f *FSM) applyTopicDelete(payload []byte) *ApplyResult {
+	var t raftpb.TopicDelete
+	if err := proto.Unmarshal(payload, &t); err != nil {
+		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &ApplyResult{Err: f.catalog.Apply(catalog.DeleteTopic{Name: t.GetName()})}
+}
+
+func (f *FSM) applyNodeRegister(payload []byte) *ApplyResult {
+	var n raftpb.NodeRegister
+	if err := proto.Unmarshal(payload, &n); err != nil || n.GetNodeId() == "" {
+		return &ApplyResult{Err: fmt.Errorf("%w: node register %v", ErrBadCommand, err)}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nodes[n.GetNodeId()] = &n
+	return &ApplyResult{}
+}
+
+func (f *FSM) applyNodeRemove(payload []byte) *ApplyResult {
+	var n raftpb.NodeRemove
+	if err := proto.Unmarshal(payload, &n); err != nil {
+		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.nodes, n.GetNodeId())
+	return &ApplyResult{}
+}
+
+// Node returns a registered node.
+func (f *FSM) Node(id string) (*raftpb.NodeRegister, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	n, ok := f.nodes[id]
+	return n, ok
+}
+
+// Nodes returns every registered node, sorted by id.
+func (f *FSM) Nodes() []*raftpb.NodeRegister {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.sortedNodes()
+}
+
+func (f *FSM) sortedNodes() []*raftpb.NodeRegister {
+	out := make([]*raftpb.NodeRegister, 0, len(f.nodes))
+	for _, n := range f.nodes {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b *raftpb.NodeRegister) int { return cmp.Compare(a.GetNodeId(), b.GetNodeId()) })
+	return out
+}
+
+// Load returns a group's durable state (actors.Store).
+func (f *FSM) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	rec, offsets := f.state.Load(groupID)
+	return rec, offsets, nil
+}
+
+// Groups lists every stored group (actors.Store).
+func (f *FSM) Groups() ([]string, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Groups(), nil
+}
+
+// encode writes the whole state as snapshot records: nodes, topics, then
+// groups, each in a fixed order.
+func (f *FSM) encode(w io.Writer) error {
+	for _, n := range f.sortedNodes() {
+		if err := writeRecord(w, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}}); err != nil {
+			return err
+		}
+	}
+	for _, t := range f.catalog.Snapshot() {
+		tc := &raftpb.TopicCreate{Name: t.Name, Id: t.ID[:], Partitions: t.Partitions}
+		if err := writeRecord(w, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Topic{Topic: tc}}); err != nil {
+			return err
+		}
+	}
+	return f.state.writeTo(w)
+}
+
+// Hash returns a hex SHA-256 of the encoded state: equal on every node that
+// applied the same entries.
+func (f *FSM) Hash() string {
+	h := sha256.New()
+	f.mu.RLock()
+	err := f.encode(h)
+	f.mu.RUnlock()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Snapshot implements raft.FSM: the state is encoded under the read lock
+// and written out later by Persist.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	var buf bytes.Buffer
+	f.mu.RLock()
+	err := f.encode(&buf)
+	f.mu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{data: buf.Bytes()}, nil
+}
+
+// Restore implements raft.FSM: it replaces the whole state.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	state, nodes := NewState(), map[string]*raftpb.NodeRegister{}
+	var topics []catalog.Topic
+	r := bufio.NewReader(rc)
+	for {
+		var rec raftpb.SnapshotRecord
+		err := protodelim.UnmarshalFrom(r, &rec)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("raftfsm: restore: %w", err)
+		}
+		switch k := rec.GetKind().(type) {
+		case *raftpb.SnapshotRecord_Node:
+			nodes[k.Node.GetNodeId()] = k.Node
+		case *raftpb.SnapshotRecord_Topic:
+			t := catalog.Topic{Name: k.Topic.GetName(), Partitions: k.Topic.GetPartitions()}
+			copy(t.ID[:], k.Topic.GetId())
+			topics = append(topics, t)
+		case *raftpb.SnapshotRecord_Group:
+			state.entry(k.Group.GetGroupId()).rec = k.Group
+		case *raftpb.SnapshotRecord_Offset:
+			o := k.Offset
+			state.entry(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = o
+		default:
+			return fmt.Errorf("raftfsm: restore: unknown record %T", k)
+		}
+	}
+	f.mu.Lock()
+	f.state, f.nodes = state, nodes
+	f.catalog.Restore(topics)
+	f.mu.Unlock()
+	return nil
+}
+
+type snapshot struct{ data []byte }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.data); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}

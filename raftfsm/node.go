@@ -1,0 +1,249 @@
+package raftfsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cohort-coord/cohort/catalog"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+)
+
+// Config configures a Raft node.
+type Config struct {
+	NodeID string
+	// RaftAddr is the address to bind for Raft traffic; port 0 picks a free
+	// port the first time and reuses it on every restart of this data dir.
+	RaftAddr string
+	Dir      string
+	// Bootstrap makes this node the first voter of a new cluster (ignored
+	// when the data dir already holds Raft state).
+	Bootstrap          bool
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// ApplyTimeout bounds the replication of one write.
+	ApplyTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// DefaultConfig returns hashicorp/raft's timing defaults.
+func DefaultConfig() Config {
+	d := raft.DefaultConfig()
+	return Config{
+		NodeID:             "node1",
+		RaftAddr:           "127.0.0.1:7946",
+		HeartbeatTimeout:   d.HeartbeatTimeout,
+		ElectionTimeout:    d.ElectionTimeout,
+		LeaderLeaseTimeout: d.LeaderLeaseTimeout,
+		ApplyTimeout:       5 * time.Second,
+	}
+}
+
+// Node is a running Raft member with its FSM and group store.
+type Node struct {
+	Raft      *raft.Raft
+	FSM       *FSM
+	Store     *Store
+	Catalog   *catalog.Catalog
+	cfg       Config
+	addr      raft.ServerAddress
+	transport *raft.NetworkTransport
+	logs      *raftboltdb.BoltStore
+	// LeaderCh receives true when this node becomes leader and false when
+	// it stops being leader.
+	LeaderCh <-chan bool
+}
+
+// Open starts a Raft node over real files: the log and stable store in
+// raft-boltdb (fsync on every write) and file snapshots.
+func Open(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raft dir: %w", err)
+	}
+	bind, err := stickyAddr(cfg.Dir, cfg.RaftAddr)
+	if err != nil {
+		return nil, err
+	}
+	hl := newHclog(cfg.Logger, "raft")
+	transport, err := raft.NewTCPTransportWithLogger(bind, nil, 3, 10*time.Second, hl)
+	if err != nil {
+		return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "raft-addr"), []byte(transport.LocalAddr()), 0o644); err != nil {
+		transport.Close()
+		return nil, err
+	}
+	logs, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	if err != nil {
+		transport.Close()
+		return nil, fmt.Errorf("raft log: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hl)
+	if err != nil {
+		transport.Close()
+		logs.Close()
+		return nil, fmt.Errorf("raft snapshots: %w", err)
+	}
+	cat := catalog.New()
+	fsm := NewFSM(cat, cfg.Logger)
+	leaderCh := make(chan bool, 16)
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = hl
+	rc.NotifyCh = leaderCh
+	if cfg.HeartbeatTimeout > 0 {
+		rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	}
+	if cfg.ElectionTimeout > 0 {
+		rc.ElectionTimeout = cfg.ElectionTimeout
+	}
+	if cfg.LeaderLeaseTimeout > 0 {
+		rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	}
+	if rc.LeaderLeaseTimeout > rc.HeartbeatTimeout {
+		rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
+	}
+	if err := raft.ValidateConfig(rc); err != nil {
+		transport.Close()
+		logs.Close()
+		return nil, err
+	}
+	existing, err := raft.HasExistingState(logs, logs, snaps)
+	if err != nil {
+		transport.Close()
+		logs.Close()
+		return nil, err
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, logs, snaps, transport)
+	if err != nil {
+		transport.Close()
+		logs.Close()
+		return nil, err
+	}
+	n := &Node{Raft: r, FSM: fsm, Catalog: cat, cfg: cfg, addr: transport.LocalAddr(), transport: transport, logs: logs, LeaderCh: leaderCh}
+	if cfg.Bootstrap && !existing {
+		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: n.addr}}}
+		if err := r.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			n.Close()
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	if cfg.ApplyTimeout <= 0 {
+		cfg.ApplyTimeout = 5 * time.Second
+	}
+	n.Store = NewStore(r, fsm, cfg.ApplyTimeout)
+	cat.SetProposer(n.proposeTopic)
+	return n, nil
+}
+
+// HasState reports whether dir already holds Raft state.
+func HasState(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "raft.db"))
+	return err == nil
+}
+
+// stickyAddr returns the address to bind: addr, or, when addr asks for port
+// 0 and this data dir already chose a port, that port again (the cluster
+// configuration names it).
+func stickyAddr(dir, addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("raft addr %q: %w", addr, err)
+	}
+	if port != "0" {
+		return addr, nil
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "raft-addr")); err == nil {
+		if h, p, err := net.SplitHostPort(strings.TrimSpace(string(b))); err == nil && h == host {
+			return net.JoinHostPort(h, p), nil
+		}
+	}
+	return addr, nil
+}
+
+// Addr returns the Raft address of this node.
+func (n *Node) Addr() string { return string(n.addr) }
+
+// ID returns the node id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// IsLeader reports whether this node is the leader now.
+func (n *Node) IsLeader() bool { return n.Raft.State() == raft.Leader }
+
+// LeaderID returns the current leader's node id, "" when unknown.
+func (n *Node) LeaderID() string {
+	_, id := n.Raft.LeaderWithID()
+	return string(id)
+}
+
+// apply proposes one command on this node (which must lead) and waits until
+// it is applied, or ctx ends.
+func (n *Node) apply(ctx context.Context, t raftpb.CommandType, payload proto.Message) error {
+	data, err := encodeCommand(t, payload)
+	if err != nil {
+		return err
+	}
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	f := n.Raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		return storeError(err)
+	}
+	if res, ok := f.Response().(*ApplyResult); ok && res.Err != nil {
+		return res.Err
+	}
+	return nil
+}
+
+func (n *Node) proposeTopic(ctx context.Context, cmd catalog.Command) error {
+	switch c := cmd.(type) {
+	case catalog.CreateTopic:
+		return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_TOPIC_CREATE, &raftpb.TopicCreate{Name: c.Name, Id: c.ID[:], Partitions: c.Partitions})
+	case catalog.DeleteTopic:
+		return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_TOPIC_DELETE, &raftpb.TopicDelete{Name: c.Name})
+	}
+	return fmt.Errorf("%w: catalog command %T", ErrBadCommand, cmd)
+}
+
+// Register records (or updates) how to reach a node. Leader only.
+func (n *Node) Register(ctx context.Context, reg *raftpb.NodeRegister) error {
+	if cur, ok := n.FSM.Node(reg.GetNodeId()); ok && proto.Equal(cur, reg) {
+		return nil
+	}
+	return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER, reg)
+}
+
+// Unregister forgets a node. Leader only.
+func (n *Node) Unregister(ctx context.Context, id string) error {
+	return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE, &raftpb.NodeRemove{NodeId: id})
+}
+
+// Close shuts the node down.
+func (n *Node) Close() error {
+	if n.Store != nil {
+		n.Store.Close()
+	}
+	err := n.Raft.Shutdown().Error()
+	n.transport.Close()
+	n.logs.Close()
+	return err
+}
+
+var _ io.Closer = (*Node)(nil)

@@ -1,0 +1,180 @@
+package raftfsm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cohort-coord/cohort/coordinator"
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+)
+
+// Store writes group records through the Raft log (actors.Store). Writes of
+// many groups are batched into one entry (group commit): while maxInFlight
+// entries are being replicated, new writes queue up and leave together in
+// the next entry. A write is reported done only once its entry is applied.
+type Store struct {
+	raft    *raft.Raft
+	fsm     *FSM
+	timeout time.Duration
+
+	mu      sync.Mutex
+	queue   []pending
+	wake    chan struct{}
+	slots   chan struct{}
+	stop    chan struct{}
+	stopped sync.WaitGroup
+}
+
+type pending struct {
+	w    *raftpb.GroupWrite
+	done func(error)
+}
+
+const (
+	maxInFlight  = 4
+	maxBatchSize = 1024
+)
+
+// NewStore returns a Store that proposes through r and reads fsm. timeout
+// bounds one entry's replication (Kafka's offsets.commit.timeout.ms).
+func NewStore(r *raft.Raft, fsm *FSM, timeout time.Duration) *Store {
+	s := &Store{raft: r, fsm: fsm, timeout: timeout, wake: make(chan struct{}, 1), slots: make(chan struct{}, maxInFlight), stop: make(chan struct{})}
+	s.stopped.Add(1)
+	go s.run()
+	return s
+}
+
+// Append implements actors.Store. It never blocks.
+func (s *Store) Append(groupID string, recs []*pb.Record, fence *pb.WriteFence, done func(error)) {
+	s.mu.Lock()
+	s.queue = append(s.queue, pending{w: &raftpb.GroupWrite{GroupId: groupID, Records: recs, Fence: fence}, done: done})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Load implements actors.Store (reads this node's applied state).
+func (s *Store) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error) {
+	return s.fsm.Load(groupID)
+}
+
+// Groups implements actors.Store.
+func (s *Store) Groups() ([]string, error) { return s.fsm.Groups() }
+
+// Close stops batching; queued writes fail with ErrStoreNotLeader.
+func (s *Store) Close() {
+	close(s.stop)
+	s.stopped.Wait()
+	for _, p := range s.take(-1) {
+		p.done(coordinator.ErrStoreNotLeader)
+	}
+}
+
+func (s *Store) take(n int) []pending {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n < 0 || n > len(s.queue) {
+		n = len(s.queue)
+	}
+	batch := s.queue[:n:n]
+	s.queue = s.queue[n:]
+	if len(s.queue) == 0 {
+		s.queue = nil
+	}
+	return batch
+}
+
+func (s *Store) run() {
+	defer s.stopped.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		}
+		for {
+			select {
+			case s.slots <- struct{}{}:
+			case <-s.stop:
+				return
+			}
+			batch := s.take(maxBatchSize)
+			if len(batch) == 0 {
+				<-s.slots
+				break
+			}
+			s.propose(batch)
+		}
+	}
+}
+
+// propose sends one entry and completes its writes from a goroutine that
+// waits for the entry to be applied.
+func (s *Store) propose(batch []pending) {
+	ws := &raftpb.GroupWrites{Writes: make([]*raftpb.GroupWrite, len(batch))}
+	for i, p := range batch {
+		ws.Writes[i] = p.w
+	}
+	data, err := encodeCommand(raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, ws)
+	if err != nil {
+		<-s.slots
+		for _, p := range batch {
+			p.done(fmt.Errorf("%w: %v", coordinator.ErrRecordTooLarge, err))
+		}
+		return
+	}
+	f := s.raft.Apply(data, s.timeout)
+	go func() {
+		err := f.Error()
+		<-s.slots
+		var res *ApplyResult
+		if err == nil {
+			res, _ = f.Response().(*ApplyResult)
+			if res == nil {
+				err = fmt.Errorf("%w: no apply result", ErrBadCommand)
+			} else if res.Err != nil {
+				err = res.Err
+			}
+		}
+		for i, p := range batch {
+			switch {
+			case err != nil:
+				p.done(storeError(err))
+			case i < len(res.Errs):
+				p.done(res.Errs[i])
+			default:
+				p.done(nil)
+			}
+		}
+	}()
+}
+
+// storeError maps a raft failure to the coordinator's store errors. A lost
+// leadership or a timeout leaves the outcome unknown: never a success.
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %v", coordinator.ErrStoreNotLeader, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %v", coordinator.ErrStoreTimeout, err)
+	case errors.Is(err, ErrBadCommand):
+		return fmt.Errorf("%w: %v", coordinator.ErrStoreUnavailable, err)
+	}
+	return fmt.Errorf("%w: %v", coordinator.ErrStoreUnavailable, err)
+}
+
+func encodeCommand(t raftpb.CommandType, payload proto.Message) ([]byte, error) {
+	p, err := deterministic.Marshal(payload)
+	if err != nil {
+		return nil, err
+	}
+	return deterministic.Marshal(&raftpb.Envelope{Type: t, Version: CommandVersion, Payload: p})
+}
