@@ -44,15 +44,15 @@ func (h *hclogAdapter) Error(msg string, args ...any) { h.Log(hclog.Error, msg, 
 func (h *hclogAdapter) enabled(l slog.Level) bool {
 	return h.l.Enabled(context.Background(), l)
 }
-func (h *hclogAdapter) IsTrace() bool              { return h.enabled(slog.LevelDebug) }
-func (h *hclogAdapter) IsDebug() bool              { return h.enabled(slog.LevelDebug) }
-func (h *hclogAdapter) IsInfo() bool               { return h.enabled(slog.LevelInfo) }
-func (h *hclogAdapter) IsWarn() bool               { return h.enabled(slog.LevelWarn) }
-func (h *hclogAdapter) IsError() bool              { return h.enabled(slog.LevelError) }
-func (h *hclogAdapter) ImpliedArgs() []any         { return h.args }
-func (h *hclogAdapter) Name() string               { return h.name }
-func (h *hclogAdapter) SetLevel(hclog.Level)       {}
-func (h *hclogAdapter) GetLevel() hclog.Level      { return hclog.Info }
+func (h *hclogAdapter) IsTrace() bool         { return h.enabled(slog.LevelDebug) }
+func (h *hclogAdapter) IsDebug() bool         { return h.enabled(slog.LevelDebug) }
+func (h *hclogAdapter) IsInfo() bool          { return h.enabled(slog.LevelInfo) }
+func (h *hclogAdapter) IsWarn() bool          { return h.enabled(slog.LevelWarn) }
+func (h *hclogAdapter) IsError() bool         { return h.enabled(slog.LevelError) }
+func (h *hclogAdapter) ImpliedArgs() []any    { return h.args }
+func (h *hclogAdapter) Name() string          { return h.name }
+func (h *hclogAdapter) SetLevel(hclog.Level)  {}
+func (h *hclogAdapter) GetLevel() hclog.Level { return hclog.Info }
 func (h *hclogAdapter) ResetNamed(n string) hclog.Logger {
 	return &hclogAdapter{l: h.l, name: n, args: h.args}
 }
