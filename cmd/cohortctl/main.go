@@ -49,6 +49,7 @@ commands:
   offsets GROUP                committed offset, log end, lag and owner per partition
   topics list                  topics and partition counts
   topics create [--partitions N] [--replication-factor R] TOPIC
+  cluster [--remote host:port] status|add-voter|remove-voter|transfer-leadership
 `
 
 type cli struct {
@@ -110,6 +111,8 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.groupsDelete(ctx, args[2])
 	case args[0] == "offsets" && len(args) == 2:
 		return c.offsets(ctx, args[1])
+	case args[0] == "cluster":
+		return c.cluster(ctx, args[1:])
 	case cmd == "topics list" && len(args) == 2:
 		return c.topicsList(ctx)
 	case cmd == "topics create":
