@@ -488,4 +488,6 @@ func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effect
 	}
 	fx.reply(m.joinReply, resp)
 	g.setJoinReply(m, nil, 0)
+	// Its session timer may have fired while it waited for the write.
+	fx.arm(TimerMember, m.id, m.sessionTimeout)
 }

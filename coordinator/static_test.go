@@ -509,3 +509,29 @@ func TestStaticReplacementPendingSyncExpiry(t *testing.T) {
 	h.release(nil)
 	h.wantState(PreparingRebalance, 1, ia)
 }
+
+// A replacement write slower than the session timeout: the member's session
+// timer fires while its JoinGroup waits (it is kept), and answering the
+// JoinGroup gives it a fresh session, so a member that dies afterwards is
+// still removed.
+func TestStaticReplacementSlowWrite(t *testing.T) {
+	h := newHarness(t)
+	ids := h.staticGroup(5, "ia", "ib")
+	h.hold = true
+	newID := h.nextID("ib")
+	j := h.join(staticJoin("ib", 5, ""))
+	for range 4 {
+		h.advance(5 * time.Second)
+		h.g.Heartbeat(h.now, &pb.HeartbeatRequest{GroupId: "g", MemberId: ids[0], GroupInstanceId: strp("ia"), GenerationId: 1}, &h.fx)
+		h.apply()
+	}
+	h.wantParked(j)
+	h.wantState(Stable, 1, ids[0], newID)
+	h.release(nil)
+	if r := h.joinOK(j); r.MemberId != newID {
+		t.Fatalf("answer %v", r)
+	}
+	h.wantDeadline(memberKey(newID), h.elapsed()+10*time.Second)
+	h.advance(10 * time.Second)
+	h.wantState(PreparingRebalance, 1, ids[0])
+}
