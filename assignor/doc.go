@@ -9,8 +9,20 @@
 // the leader runs after it: its protocol name, the rebalance protocols it
 // supports (EAGER, COOPERATIVE), the subscription metadata a member sends, and
 // Balance, which maps decoded member subscriptions and topic partition counts
-// to per-member assignments. Balance is deterministic: it depends neither on
-// the order of the members given nor on map iteration order.
+// to per-member assignments (a [Plan]). Balance is deterministic: it depends
+// neither on the order of the members given nor on map iteration order.
+//
+// A Plan stores all assignments in a few integer arrays and encodes the
+// SyncGroup assignments straight from them ([Plan.Encode]); [Plan.Topics]
+// and [Plan.Members] give the usual per-topic lists. A [Decoder] decodes the
+// members' subscriptions, sharing topic-name memory across members.
+//
+// Robustness: owned partitions of unknown topics or with out-of-range
+// numbers, duplicate member ids (the first is kept), empty subscriptions,
+// topics without partitions, version 1 subscriptions missing their owned
+// partitions, and unparsable assignor userData (no history) are all tolerated
+// and ignored. Malformed bytes are decoding errors wrapping [ErrMalformed];
+// nothing panics.
 //
 // # Common model
 //
@@ -58,12 +70,24 @@
 //     most-loaded holder to the least-loaded subscriber of each topic until
 //     no member holds a partition of a topic that a member with two fewer
 //     partitions subscribes to (Kafka's balance criterion).
-//     O(P log M + sum of subscription sizes) per repair pass.
+//     A move away from a partition's previous owner costs a revocation, so
+//     the repair first moves partitions that are free of that cost: between
+//     non-owners, to a lighter member (a strict improvement) or sideways to
+//     a member one lighter (a bounded number of times per partition), and
+//     only then an owned one. Fill: O(P log M + sum of subscription sizes);
+//     a repair pass: O(P + sum of subscription sizes) plus O(log M) per move.
 //
 // Cooperative-sticky then removes from the plan every partition that would
 // move from a current owner to a new one (and every partition with a tied
 // claim): the owner revokes it, and the follow-up rebalance assigns it. With
-// replica racks, the uniform path prefers rack-matching owned partitions when
-// a member must give some up and fills free partitions to rack-matching
-// members first.
+// uniform subscriptions the follow-up never revokes anything, so the group
+// converges in one follow-up round.
+//
+// Racks (KIP-881) apply when members send racks, some partition has a
+// replica on a member's rack, and not every partition has replicas on every
+// member rack; racks of all replicas count. Range is described above. With
+// uniform subscriptions the sticky engine prefers rack-matching owned
+// partitions when a member must give some up and deals free partitions to
+// rack-matching members first; the differing-subscriptions path ignores
+// racks. Round-robin is not rack-aware, as in Kafka.
 package assignor
