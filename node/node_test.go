@@ -178,3 +178,75 @@ func TestDataDirIsLocked(t *testing.T) {
 		t.Fatalf("second node on the same data dir: %v", err)
 	}
 }
+
+// A node restarted on its data dir serves the same groups: generation,
+// members, assignments and committed offsets survive (Raft log in
+// raft-boltdb), and members heartbeat on without a rebalance.
+func TestRestartKeepsGroupsAndOffsets(t *testing.T) {
+	dir := t.TempDir()
+	start := func() *Node {
+		cfg := DefaultConfig()
+		cfg.DataDir = dir
+		cfg.RemoteAddr, cfg.Kafka.Addr, cfg.Raft.RaftAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
+		cfg.Group.InitialRebalanceDelay = 0
+		cfg.Logger = quiet()
+		n, err := Start(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.WaitActive(10 * time.Second); err != nil {
+			n.Close()
+			t.Fatal(err)
+		}
+		return n
+	}
+	call := func(n *Node, req proto.Message) proto.Message {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res, err := n.Service().Call(ctx, req)
+		if err != nil {
+			t.Fatalf("%T: %v", req, err)
+		}
+		return res
+	}
+	n := start()
+	j := call(n, &pb.JoinGroupRequest{GroupId: "durable", ClientId: "c", ApiVersion: 3, SessionTimeoutMs: 10_000, RebalanceTimeoutMs: 10_000,
+		ProtocolType: "consumer", Protocols: []*pb.Protocol{{Name: "range", Metadata: []byte{0, 0, 0, 0, 0, 0}}}}).(*pb.JoinGroupResponse)
+	if j.ErrorCode != 0 {
+		t.Fatalf("join: %v", j)
+	}
+	s := call(n, &pb.SyncGroupRequest{GroupId: "durable", GenerationId: j.GenerationId, MemberId: j.MemberId,
+		Assignments: []*pb.SyncGroupAssignment{{MemberId: j.MemberId, Assignment: []byte("mine")}}}).(*pb.SyncGroupResponse)
+	if s.ErrorCode != 0 {
+		t.Fatalf("sync: %v", s)
+	}
+	c := call(n, &pb.OffsetCommitRequest{GroupId: "durable", GenerationId: j.GenerationId, MemberId: j.MemberId,
+		Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 2, Offset: 1234, Metadata: proto.String("m")}}}}}).(*pb.OffsetCommitResponse)
+	if c.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("commit: %v", c)
+	}
+	hash := n.Raft().FSM.Hash()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	n = start()
+	defer n.Close()
+	if got := n.Raft().FSM.Hash(); got != hash {
+		t.Fatalf("state hash after restart %s, before %s", got, hash)
+	}
+	d := call(n, &pb.DescribeGroupRequest{GroupId: "durable"}).(*pb.DescribeGroupResponse)
+	if d.State != "Stable" || d.GenerationId != j.GenerationId || len(d.Members) != 1 || d.Members[0].MemberId != j.MemberId || string(d.Members[0].Assignment) != "mine" {
+		t.Fatalf("after restart: %v", d)
+	}
+	h := call(n, &pb.HeartbeatRequest{GroupId: "durable", GenerationId: j.GenerationId, MemberId: j.MemberId}).(*pb.HeartbeatResponse)
+	if h.ErrorCode != 0 {
+		t.Fatalf("heartbeat after restart: %v", h)
+	}
+	f := call(n, &pb.OffsetFetchRequest{GroupId: "durable", Topics: []*pb.TopicPartitions{{Name: "t", Partitions: []int32{2}}}}).(*pb.OffsetFetchResponse)
+	if p := f.Topics[0].Partitions[0]; p.Offset != 1234 || p.Metadata != "m" {
+		t.Fatalf("offset after restart: %v", f)
+	}
+}
