@@ -532,6 +532,10 @@ func TestStaticReplacementSlowWrite(t *testing.T) {
 		t.Fatalf("answer %v", r)
 	}
 	h.wantDeadline(memberKey(newID), h.elapsed()+10*time.Second)
-	h.advance(10 * time.Second)
+	for range 2 {
+		h.advance(5 * time.Second)
+		h.g.Heartbeat(h.now, &pb.HeartbeatRequest{GroupId: "g", MemberId: ids[0], GroupInstanceId: strp("ia"), GenerationId: 1}, &h.fx)
+		h.apply()
+	}
 	h.wantState(PreparingRebalance, 1, ids[0])
 }
