@@ -130,7 +130,27 @@ var fuzzErrs = []error{nil, ErrStoreTimeout, ErrStoreNotLeader, ErrStoreUnavaila
 
 func (d *groupDriver) step() {
 	h, f := d.h, d.in
-	switch f.pick(18) {
+	switch f.pick(20) {
+	case 18: // a static member restarts: unknown member id, same instance and protocols
+		var statics []*member
+		for _, m := range h.g.order {
+			if m.instanceID != nil {
+				statics = append(statics, m)
+			}
+		}
+		if len(statics) == 0 {
+			break
+		}
+		m := statics[f.pick(len(statics))]
+		h.rawJoin(&pb.JoinGroupRequest{GroupId: "g", ApiVersion: pickOf[int32](f, 5, 9), ClientId: m.clientID, ProtocolType: h.g.protocolType,
+			Protocols: m.protocols, SessionTimeoutMs: int32(m.sessionTimeout / ms), RebalanceTimeoutMs: int32(m.rebalanceTimeout / ms), GroupInstanceId: cloneOpt(m.instanceID)})
+	case 19: // every member heartbeats
+		for _, id := range h.g.MemberIDs() {
+			if m := h.g.members[id]; m != nil {
+				h.g.Heartbeat(h.now, &pb.HeartbeatRequest{GroupId: "g", MemberId: id, GroupInstanceId: cloneOpt(m.instanceID), GenerationId: h.g.Generation()}, &h.fx)
+				h.apply()
+			}
+		}
 	case 0, 1: // JoinGroup
 		req := &pb.JoinGroupRequest{
 			GroupId:            d.groupID(),
