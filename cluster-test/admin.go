@@ -116,3 +116,29 @@ func (a *Admin) Do(ctx context.Context, remoteAddr string, req proto.Message) (*
 	}
 	return ar, nil
 }
+
+// DoOnLeader sends an admin request to remoteAddr and follows the leader:
+// a node that is not the leader answers with an error and the leader's
+// address (empty while none is known, as right after a leadership
+// transfer). The last error is returned when ctx ends.
+func (a *Admin) DoOnLeader(ctx context.Context, remoteAddr string, req proto.Message) (*clusterpb.AdminResponse, error) {
+	addr := remoteAddr
+	for {
+		ar, err := a.Do(ctx, addr, req)
+		if err == nil {
+			return ar, nil
+		}
+		if ar != nil && ar.LeaderRemoteAddr == addr {
+			return ar, err
+		}
+		if ar != nil && ar.LeaderRemoteAddr != "" {
+			addr = ar.LeaderRemoteAddr
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ar, err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -524,12 +524,14 @@ func (c *Cluster) WaitConverged(timeout time.Duration) []*clusterpb.StatusRespon
 	}
 }
 
-// RemoveVoter asks the leader to remove node i from the configuration.
+// RemoveVoter asks the leader to remove node i from the configuration,
+// following leadership when node i is the leader (it hands leadership over
+// and asks for the request again).
 func (c *Cluster) RemoveVoter(i int) error {
 	l := c.WaitLeader(20 * time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := c.Admin.Do(ctx, l.RemoteAddr, &clusterpb.RemoveVoterRequest{NodeId: c.Node(i).ID})
+	_, err := c.Admin.DoOnLeader(ctx, l.RemoteAddr, &clusterpb.RemoveVoterRequest{NodeId: c.Node(i).ID})
 	return err
 }
 

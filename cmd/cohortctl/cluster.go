@@ -135,10 +135,12 @@ func (a *adminClient) call(ctx context.Context, addr string, req proto.Message) 
 	return msg, nil
 }
 
-// admin sends an admin request; a node that neither serves nor forwards it
-// names the leader, and the request goes there once.
+// admin sends an admin request. Only the leader serves them; any other node
+// answers with an error and the leader's address (empty while there is
+// none, as right after a leadership transfer), so the request follows the
+// leader a few times before the error is final.
 func (a *adminClient) admin(ctx context.Context, addr string, req proto.Message) (*clusterpb.AdminResponse, error) {
-	for try := 0; ; try++ {
+	for try := 1; ; try++ {
 		res, err := a.call(ctx, addr, req)
 		if err != nil {
 			return nil, err
@@ -150,11 +152,18 @@ func (a *adminClient) admin(ctx context.Context, addr string, req proto.Message)
 		if ar.Error == "" {
 			return ar, nil
 		}
-		if try == 0 && ar.LeaderRemoteAddr != "" && ar.LeaderRemoteAddr != addr {
+		if try == 10 || ar.LeaderRemoteAddr == addr {
+			return ar, fmt.Errorf("%s: %s", addr, ar.Error)
+		}
+		if ar.LeaderRemoteAddr != "" {
 			addr = ar.LeaderRemoteAddr
 			continue
 		}
-		return ar, fmt.Errorf("%s: %s", addr, ar.Error)
+		select {
+		case <-ctx.Done():
+			return ar, fmt.Errorf("%s: %s (no leader known)", addr, ar.Error)
+		case <-time.After(300 * time.Millisecond):
+		}
 	}
 }
 
