@@ -47,6 +47,10 @@ type Config struct {
 	// means this listener's own advertised address. Errors are Kafka error
 	// codes (e.g. COORDINATOR_NOT_AVAILABLE while no leader is known).
 	Coordinator CoordinatorFunc
+	// Brokers, when set, lists the brokers Metadata reports (every node of
+	// a cluster, so clients know the coordinator) and the controller id; nil
+	// means this listener alone.
+	Brokers func() (brokers []Broker, controller int32)
 }
 
 // DefaultConfig returns the defaults: 127.0.0.1:9092, 100 MiB requests,

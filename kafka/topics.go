@@ -59,11 +59,17 @@ func (l *Listener) findCoordinator(_ context.Context, r *request, req *kmsg.Find
 
 func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataRequest) kmsg.Response {
 	resp := kmsg.NewPtrMetadataResponse()
-	b := kmsg.NewMetadataResponseBroker()
-	b.NodeID, b.Host, b.Port = l.self.NodeID, l.self.Host, l.self.Port
-	resp.Brokers = []kmsg.MetadataResponseBroker{b}
+	brokers, controller := []Broker{l.self}, l.self.NodeID
+	if l.cfg.Brokers != nil {
+		brokers, controller = l.cfg.Brokers()
+	}
+	for _, br := range brokers {
+		b := kmsg.NewMetadataResponseBroker()
+		b.NodeID, b.Host, b.Port = br.NodeID, br.Host, br.Port
+		resp.Brokers = append(resp.Brokers, b)
+	}
 	resp.ClusterID = kmsg.StringPtr(clusterID)
-	resp.ControllerID = l.self.NodeID
+	resp.ControllerID = controller
 
 	all := req.Topics == nil || (r.version == 0 && len(req.Topics) == 0)
 	autoCreate := l.autoOn && (r.version < 4 || req.AllowAutoTopicCreation)

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cohort-coord/cohort/catalog"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 )
@@ -38,6 +39,12 @@ func (a *adminActor) Receive(ctx actor.Context) {
 		})
 	case *clusterpb.RemoveVoterRequest:
 		a.async(ctx, func() proto.Message { return a.n.leaderOnly(func() error { return a.n.removeVoter(m.GetNodeId()) }) })
+	case *raftpb.TopicCreate:
+		cmd := catalog.CreateTopic{Name: m.GetName(), Partitions: m.GetPartitions()}
+		copy(cmd.ID[:], m.GetId())
+		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(cmd) })
+	case *raftpb.TopicDelete:
+		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(catalog.DeleteTopic{Name: m.GetName()}) })
 	case *clusterpb.TransferLeadershipRequest:
 		a.async(ctx, func() proto.Message { return a.n.leaderOnly(func() error { return a.n.transfer(m.GetNodeId()) }) })
 	}

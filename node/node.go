@@ -199,6 +199,8 @@ func Start(cfg Config) (_ *Node, err error) {
 	kcfg := cfg.Kafka
 	kcfg.NodeID = n.kafkaID
 	kcfg.Coordinator = n.coordinatorBroker
+	kcfg.Brokers = n.brokers
+	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err
 	}
@@ -351,12 +353,11 @@ func (n *Node) coordinatorBroker(string) (kafka.Broker, int16) {
 	if !ok || reg.GetKafkaAddr() == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
-	host, port, err := net.SplitHostPort(reg.GetKafkaAddr())
-	p, perr := strconv.Atoi(port)
-	if err != nil || perr != nil {
+	b, ok := brokerOf(id, reg.GetKafkaAddr())
+	if !ok {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
-	return kafka.Broker{NodeID: KafkaNodeID(id), Host: host, Port: int32(p)}, 0
+	return b, 0
 }
 
 func (n *Node) startRemote() (err error) {

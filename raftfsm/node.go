@@ -147,7 +147,7 @@ func Open(cfg Config) (*Node, error) {
 		cfg.ApplyTimeout = 5 * time.Second
 	}
 	n.Store = NewStore(r, fsm, cfg.ApplyTimeout)
-	cat.SetProposer(n.proposeTopic)
+	cat.SetProposer(n.ProposeTopic)
 	return n, nil
 }
 
@@ -212,7 +212,8 @@ func (n *Node) apply(ctx context.Context, t raftpb.CommandType, payload proto.Me
 	return nil
 }
 
-func (n *Node) proposeTopic(ctx context.Context, cmd catalog.Command) error {
+// ProposeTopic applies a catalog command through the log. Leader only.
+func (n *Node) ProposeTopic(ctx context.Context, cmd catalog.Command) error {
 	switch c := cmd.(type) {
 	case catalog.CreateTopic:
 		return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_TOPIC_CREATE, &raftpb.TopicCreate{Name: c.Name, Id: c.ID[:], Partitions: c.Partitions})

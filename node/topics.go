@@ -1,0 +1,145 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/coordinator"
+	"github.com/cohort-coord/cohort/kafka"
+	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+)
+
+// catalogErrors names the catalog's errors on the wire between nodes, so a
+// forwarded topic command fails on the follower exactly as on the leader.
+var catalogErrors = map[string]error{
+	"topic_exists":       catalog.ErrTopicExists,
+	"unknown_topic":      catalog.ErrUnknownTopic,
+	"invalid_topic":      catalog.ErrInvalidTopic,
+	"invalid_partitions": catalog.ErrInvalidPartitions,
+}
+
+func catalogErrorName(err error) string {
+	for name, e := range catalogErrors {
+		if errors.Is(err, e) {
+			return name
+		}
+	}
+	return err.Error()
+}
+
+// proposeTopic applies a catalog command: through the log on the leader,
+// forwarded to the leader from any other node (Kafka clients may create
+// topics through any broker).
+func (n *Node) proposeTopic(ctx context.Context, cmd catalog.Command) error {
+	if n.raft.IsLeader() {
+		return n.raft.ProposeTopic(ctx, cmd)
+	}
+	addr := n.leaderRemote()
+	if addr == "" {
+		return fmt.Errorf("no leader to forward the topic change to: %w", coordinator.ErrStoreNotLeader)
+	}
+	var msg proto.Message
+	switch c := cmd.(type) {
+	case catalog.CreateTopic:
+		msg = &raftpb.TopicCreate{Name: c.Name, Id: c.ID[:], Partitions: c.Partitions}
+	case catalog.DeleteTopic:
+		msg = &raftpb.TopicDelete{Name: c.Name}
+	default:
+		return fmt.Errorf("unknown catalog command %T", cmd)
+	}
+	timeout := adminTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	res, err := n.system.Root.RequestFuture(actor.NewPID(addr, AdminName), msg, timeout).Result()
+	if err != nil {
+		return fmt.Errorf("forward topic change to the leader: %w", coordinator.ErrStoreTimeout)
+	}
+	r, ok := res.(*clusterpb.AdminResponse)
+	if !ok {
+		return fmt.Errorf("unexpected answer %T", res)
+	}
+	if r.GetError() == "" {
+		// Wait until the change reached this node, so a Metadata request
+		// that follows sees it.
+		for ctx.Err() == nil && !n.catalogHas(cmd) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}
+	if e, ok := catalogErrors[r.GetError()]; ok {
+		return e
+	}
+	return errors.New(r.GetError())
+}
+
+func (n *Node) catalogHas(cmd catalog.Command) bool {
+	switch c := cmd.(type) {
+	case catalog.CreateTopic:
+		_, ok := n.raft.Catalog.Get(c.Name)
+		return ok
+	case catalog.DeleteTopic:
+		_, ok := n.raft.Catalog.Get(c.Name)
+		return !ok
+	}
+	return true
+}
+
+// onTopicCommand applies a topic command forwarded by another node.
+func (n *Node) onTopicCommand(cmd catalog.Command) *clusterpb.AdminResponse {
+	if !n.raft.IsLeader() {
+		return &clusterpb.AdminResponse{Error: "not the leader", LeaderRemoteAddr: n.leaderRemote()}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+	defer cancel()
+	if err := n.raft.ProposeTopic(ctx, cmd); err != nil {
+		return &clusterpb.AdminResponse{Error: catalogErrorName(err)}
+	}
+	return &clusterpb.AdminResponse{}
+}
+
+// brokers lists every registered node as a Kafka broker, and the leader as
+// controller, for Metadata.
+func (n *Node) brokers() ([]kafka.Broker, int32) {
+	var out []kafka.Broker
+	seen := false
+	for _, reg := range n.raft.FSM.Nodes() {
+		b, ok := brokerOf(reg.GetNodeId(), reg.GetKafkaAddr())
+		if !ok {
+			continue
+		}
+		seen = seen || reg.GetNodeId() == n.raft.ID()
+		out = append(out, b)
+	}
+	if !seen {
+		if b, ok := brokerOf(n.raft.ID(), n.self().GetKafkaAddr()); ok {
+			out = append(out, b)
+		}
+	}
+	controller := int32(-1)
+	if id := n.raft.LeaderID(); id != "" {
+		controller = KafkaNodeID(id)
+	}
+	return out, controller
+}
+
+func brokerOf(id, addr string) (kafka.Broker, bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return kafka.Broker{}, false
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return kafka.Broker{}, false
+	}
+	return kafka.Broker{NodeID: KafkaNodeID(id), Host: host, Port: int32(p)}, true
+}
