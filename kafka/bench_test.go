@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,8 @@ import (
 // process generates load over loopback with pipelined connections.
 //
 //	go test -run '^$' -bench BenchmarkGroups -benchtime 200000x ./kafka/
+//
+// COHORT_BENCH_CPUPROFILE=file writes a CPU profile of the cohort server.
 //
 // Before measuring, 10,000 groups of 10 members each join and sync (100,000
 // members). Then closed-loop Heartbeat and OffsetCommit requests for those
@@ -73,6 +76,12 @@ func serveCohort() int {
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1
+	}
+	if path := os.Getenv("COHORT_BENCH_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
 	}
 	fmt.Println("ADDR", n.KafkaAddr())
 	io.Copy(io.Discard, os.Stdin)

@@ -21,14 +21,11 @@ import (
 const (
 	errNone                      int16 = 0
 	errUnknownServerError        int16 = -1
-	errOffsetOutOfRange          int16 = 1
 	errUnknownTopicOrPartition   int16 = 3
 	errRequestTimedOut           int16 = 7
 	errCoordinatorNotAvailable   int16 = 15
 	errInvalidTopic              int16 = 17
-	errInvalidRequiredAcks       int16 = 21
 	errInconsistentGroupProtocol int16 = 23
-	errInvalidGroupID            int16 = 24
 	errUnsupportedVersion        int16 = 35
 	errTopicAlreadyExists        int16 = 36
 	errInvalidPartitions         int16 = 37

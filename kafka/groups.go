@@ -26,7 +26,7 @@ const (
 	// describeParallel bounds concurrent calls of one multi-group request.
 	describeParallel = 8
 
-	// generationTag is a tagged field (flexible DescribeGroups, v5+) in which
+	// GenerationTag is a tagged field (flexible DescribeGroups, v5+) in which
 	// the listener reports a group's generation; Kafka clients skip unknown
 	// tags, cohortctl reads it.
 	GenerationTag = 0x636f

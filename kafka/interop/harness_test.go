@@ -420,6 +420,18 @@ func (p *proc) request(cmd, key string, timeout time.Duration) map[string]any {
 				return m
 			}
 		case <-p.done:
+			// Replies are queued before done closes: look at them first.
+			for {
+				select {
+				case m := <-p.replies:
+					if _, ok := m[key]; ok {
+						return m
+					}
+					continue
+				default:
+				}
+				break
+			}
 			p.t.Fatalf("%s exited during %s\nstderr: %s", p.name, cmd, p.stderrTail())
 		case <-deadline:
 			p.t.Fatalf("%s: no answer to %s within %v\nstderr: %s", p.name, cmd, timeout, p.stderrTail())
