@@ -17,7 +17,7 @@ import (
 // acked remembers every write a Store acknowledged, to check later that
 // each is present on whichever node leads.
 type acked struct {
-	groups  map[string]int32                // group -> generation
+	groups  map[string]int32               // group -> generation
 	offsets map[string]map[offsetKey]int64 // group -> offsets
 }
 

@@ -11,16 +11,17 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/catalog"
@@ -229,7 +230,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	r := bufio.NewReader(rc)
 	for {
 		var rec raftpb.SnapshotRecord
-		err := protodelim.UnmarshalFrom(r, &rec)
+		err := readRecord(r, &rec)
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -257,6 +258,26 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.catalog.Restore(topics)
 	f.mu.Unlock()
 	return nil
+}
+
+// readRecord reads one length-delimited record. A record is as large as
+// the log entry that wrote it, so no size limit applies (protodelim's
+// default of 4 MiB would make such a snapshot impossible to restore); the
+// body is read as it arrives, so a corrupt length ends in an error at the
+// end of the stream, not in one huge allocation.
+func readRecord(r *bufio.Reader, rec *raftpb.SnapshotRecord) error {
+	size, err := binary.ReadUvarint(r)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(r, int64(min(size, math.MaxInt64))))
+	if err != nil {
+		return err
+	}
+	if uint64(len(body)) != size {
+		return fmt.Errorf("record of %d bytes cut at %d: %w", size, len(body), io.ErrUnexpectedEOF)
+	}
+	return proto.Unmarshal(body, rec)
 }
 
 type snapshot struct{ data []byte }
