@@ -81,7 +81,11 @@
 // move from a current owner to a new one (and every partition with a tied
 // claim): the owner revokes it, and the follow-up rebalance assigns it. With
 // uniform subscriptions the follow-up never revokes anything, so the group
-// converges in one follow-up round.
+// converges in one follow-up round. With differing subscriptions the
+// follow-up round starts from exactly the plan handed out (members own what
+// they were given), so it is simulated: if it would move an owned partition,
+// the simulated plan, adjusted against the real owners, is handed out
+// instead (at most three simulations, each one run of the engine).
 //
 // Racks (KIP-881) apply when members send racks, some partition has a
 // replica on a member's rack, and not every partition has replicas on every

@@ -17,9 +17,8 @@ import "slices"
 //     fewer partitions subscribes to: Kafka's balance criterion. Each move
 //     lowers the sum of squared loads, so this terminates; a pass costs
 //     O(P + sum of subscription sizes) plus O(log M) per move.
-func (g *group) stickyGeneral(prev []int32) []int32 {
+func (g *group) stickyGeneral(prev, owner []int32) []int32 {
 	M, P, T := g.M(), g.P, g.T()
-	owner := g.scratch(bufOwner, P)
 	load := make([]int32, M)
 	for t := range int32(T) {
 		for p := g.base[t]; p < g.base[t+1]; p++ {
@@ -248,7 +247,7 @@ func (r *repairer) repairTopic(g *group, owner []int32, t int32) bool {
 			// Every partition of t on h would cost a revocation. Try to
 			// lift l with a free partition from a member loaded more than
 			// it, or to relieve h with a free partition of another topic.
-			if x := r.boost(g, owner, l); x >= 0 {
+			if x := r.boost(g, owner, l, t); x >= 0 {
 				r.lightDown(int(r.lightPos[l]))
 				if i := r.lightPos[x]; i >= 0 {
 					r.lightUp(int(i))
@@ -258,7 +257,7 @@ func (r *repairer) repairTopic(g *group, owner []int32, t int32) bool {
 				}
 				continue
 			}
-			if x := r.relieve(g, owner, h); x >= 0 {
+			if x := r.relieve(g, owner, h, t); x >= 0 {
 				if i := r.lightPos[x]; i >= 0 {
 					r.lightDown(int(i))
 				}
@@ -388,7 +387,7 @@ func (r *repairer) noteSide(q, from int32) {
 // improvement) or by one (a sideways move, limited as in relieve). It moves
 // the one on the most-loaded such x to l and returns x, or returns -1. It
 // examines a bounded number of candidates.
-func (r *repairer) boost(g *group, owner []int32, l int32) int32 {
+func (r *repairer) boost(g *group, owner []int32, l, vt int32) int32 {
 	r.buildFree(g, owner)
 	const maxCandidates = 64
 	bestQ, bestX := int32(-1), int32(-1)
@@ -410,7 +409,10 @@ func (r *repairer) boost(g *group, owner []int32, l int32) int32 {
 			if r.load[x] < r.load[l]+1 || r.load[x] == r.load[l]+1 && !r.sideOK(q, l) {
 				continue
 			}
-			if bestX < 0 || r.load[x] > r.load[bestX] {
+			// Prefer donors that do not subscribe to the topic being
+			// repaired (losing a partition cannot make them its new
+			// lightest subscriber), then the most loaded.
+			if bestX < 0 || betterDonor(g, r.load, vt, x, bestX) {
 				bestQ, bestX = q, x
 			}
 		}
@@ -435,7 +437,7 @@ func (r *repairer) boost(g *group, owner []int32, l int32) int32 {
 // two loads; a partition moves sideways at most maxSideMoves times and never
 // straight back). It moves it and returns x, or returns -1. It examines a
 // bounded number of candidates.
-func (r *repairer) relieve(g *group, owner []int32, h int32) int32 {
+func (r *repairer) relieve(g *group, owner []int32, h, vt int32) int32 {
 	r.buildFree(g, owner)
 	const maxCandidates = 16
 	list := r.freeOf[h]
@@ -469,7 +471,10 @@ func (r *repairer) relieve(g *group, owner []int32, h int32) int32 {
 		if x >= 0 && r.load[x]+1 == r.load[h] && !r.sideOK(q, x) {
 			continue
 		}
-		if x >= 0 && r.load[x]+1 <= r.load[h] && (bestX < 0 || lighter(r.load, r.width, x, bestX)) {
+		// Prefer receivers that do not subscribe to the topic being
+		// repaired (they cannot become its heaviest holder), then the
+		// lightest.
+		if x >= 0 && r.load[x]+1 <= r.load[h] && (bestX < 0 || betterReceiver(g, r, vt, x, bestX)) {
 			bestP, bestX = q, x
 		}
 	}
@@ -482,6 +487,20 @@ func (r *repairer) relieve(g *group, owner []int32, h int32) int32 {
 	}
 	r.move(g, owner, bestP, h, bestX)
 	return bestX
+}
+
+func betterDonor(g *group, load []int32, vt, x, y int32) bool {
+	if sx, sy := g.subscribes(x, vt), g.subscribes(y, vt); sx != sy {
+		return !sx
+	}
+	return load[x] > load[y]
+}
+
+func betterReceiver(g *group, r *repairer, vt, x, y int32) bool {
+	if sx, sy := g.subscribes(x, vt), g.subscribes(y, vt); sx != sy {
+		return !sx
+	}
+	return lighter(r.load, r.width, x, y)
 }
 
 func (r *repairer) heavyUp(i int) {

@@ -324,6 +324,7 @@ const (
 	bufGen
 	bufOwned
 	bufFree
+	bufSim
 	numBufs
 )
 

@@ -12,26 +12,64 @@ const (
 // every partition that would change hands in this round.
 func (g *group) assignSticky(coop bool) []int32 {
 	prev := g.resolveClaims(coop)
-	var owner []int32
 	if g.uniform {
-		owner = g.stickyUniform(prev)
-	} else {
-		owner = g.stickyGeneral(prev)
-	}
-	if coop {
-		// A partition still owned by someone is never handed to a new owner
-		// in the same round: the owner is told to revoke it (it is missing
-		// from its assignment) and it is assigned in the follow-up round.
-		// Partitions claimed by several members in the same generation are
-		// given to nobody this round, since every claimant may still be
-		// consuming them.
-		for p, o := range prev {
-			if o == conflictd || (o >= 0 && owner[p] != o) {
-				owner[p] = noOwner
-			}
+		owner := g.stickyUniform(prev)
+		if coop {
+			cooperativeAdjust(prev, owner)
 		}
+		return owner
+	}
+	owner := g.stickyGeneral(prev, g.scratch(bufOwner, g.P))
+	if !coop || cooperativeAdjust(prev, owner) == 0 {
+		return owner
+	}
+	// The follow-up round will start from exactly this plan (members own
+	// what they are given), so it can be simulated. If it would move an
+	// owned partition, which would need yet another round, take the
+	// simulated plan instead, adjusted against the real owners, and check
+	// again. A plan the follow-up keeps whole converges in one round.
+	sim := g.scratch(bufSim, g.P)
+	for range maxSimulations {
+		sim = g.stickyGeneral(owner, sim)
+		if keepsAll(owner, sim) {
+			break
+		}
+		copy(owner, sim)
+		cooperativeAdjust(prev, owner)
 	}
 	return owner
+}
+
+// maxSimulations bounds the follow-up simulations of the cooperative
+// differing-subscriptions path.
+const maxSimulations = 3
+
+// cooperativeAdjust applies the cooperative rule to owner and returns how
+// many partitions it held back. A partition still owned by someone is never
+// handed to a new owner in the same round: the owner is told to revoke it
+// (it is missing from its assignment) and it is assigned in the follow-up
+// round. Partitions claimed by several members in the same generation are
+// given to nobody this round, since every claimant may still be consuming
+// them.
+func cooperativeAdjust(prev, owner []int32) int {
+	n := 0
+	for p, o := range prev {
+		if owner[p] >= 0 && (o == conflictd || (o >= 0 && owner[p] != o)) {
+			owner[p] = noOwner
+			n++
+		}
+	}
+	return n
+}
+
+// keepsAll reports whether next leaves every partition of cur where it is.
+func keepsAll(cur, next []int32) bool {
+	for p, o := range cur {
+		if o >= 0 && next[p] != o {
+			return false
+		}
+	}
+	return true
 }
 
 // resolveClaims returns, per partition, its previous owner: the member that
