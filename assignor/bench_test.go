@@ -6,6 +6,7 @@ import (
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -153,18 +154,23 @@ func benchPair(b *testing.B, bal Balancer, k shapeKey) {
 		in := buildShape(b, bal, k)
 		b.ReportAllocs()
 		b.ResetTimer()
+		var cpu cpuMeter
+		cpu.start()
 		for range b.N {
 			plan := bal.Balance(in.members, in.topics)
 			if plan.Len() != len(in.ids) {
 				b.Fatal("bad plan")
 			}
 		}
+		cpu.stop()
+		cpu.report(b)
 	})
 	b.Run("franz", func(b *testing.B) {
 		in := buildShape(b, bal, k)
 		fb := franzFor(bal)
 		b.ReportAllocs()
 		b.ResetTimer()
+		var cpu cpuMeter
 		for range b.N {
 			b.StopTimer()
 			mb, _, err := fb.MemberBalancer(in.kmsgMembers())
@@ -173,10 +179,13 @@ func benchPair(b *testing.B, bal Balancer, k shapeKey) {
 			}
 			runtime.GC()
 			b.StartTimer()
+			cpu.start()
 			if franzBalance(b, mb, in.topics) == nil {
 				b.Fatal("nil plan")
 			}
+			cpu.stop()
 		}
+		cpu.report(b)
 	})
 }
 
@@ -264,12 +273,15 @@ func BenchmarkLeader(b *testing.B) {
 	b.Run("cohort", func(b *testing.B) {
 		in := input(b)
 		b.ReportAllocs()
+		b.ResetTimer()
 		var peak uint64
+		var cpu cpuMeter
 		for range b.N {
 			b.StopTimer()
 			runtime.GC()
 			stop := sampleHeap(&peak)
 			b.StartTimer()
+			cpu.start()
 			var d Decoder
 			members := make([]Member, len(in.metas))
 			for i, meta := range in.metas {
@@ -282,23 +294,28 @@ func BenchmarkLeader(b *testing.B) {
 			if len(out) != len(in.ids) {
 				b.Fatal("bad plan")
 			}
+			cpu.stop()
 			b.StopTimer()
 			stop()
 			b.StartTimer()
 		}
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+		cpu.report(b)
 	})
 	b.Run("franz", func(b *testing.B) {
 		in := input(b)
 		fb := franzFor(bal)
 		b.ReportAllocs()
+		b.ResetTimer()
 		var peak uint64
+		var cpu cpuMeter
 		for range b.N {
 			b.StopTimer()
 			kms := in.kmsgMembers()
 			runtime.GC()
 			stop := sampleHeap(&peak)
 			b.StartTimer()
+			cpu.start()
 			mb, _, err := fb.MemberBalancer(kms)
 			if err != nil {
 				b.Fatal(err)
@@ -307,11 +324,13 @@ func BenchmarkLeader(b *testing.B) {
 			if len(out) != len(in.ids) {
 				b.Fatal("bad plan")
 			}
+			cpu.stop()
 			b.StopTimer()
 			stop()
 			b.StartTimer()
 		}
 		b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+		cpu.report(b)
 	})
 }
 
@@ -357,11 +376,37 @@ func BenchmarkScale(b *testing.B) {
 				in := buildShape(b, c.bal, k)
 				b.ReportAllocs()
 				b.ResetTimer()
+				var cpu cpuMeter
+				cpu.start()
 				for range b.N {
 					c.bal.Balance(in.members, in.topics)
 				}
+				cpu.stop()
+				cpu.report(b)
 			})
 			resetShapes()
 		}
 	}
+}
+
+// cpuMeter accumulates the process's CPU time (user+system, all threads)
+// over the measured regions. On a shared machine it is a load-independent
+// companion to wall time; with GOMAXPROCS=2 it includes concurrent GC work,
+// so it can exceed wall time on an idle machine.
+type cpuMeter struct {
+	total, t0 time.Duration
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (c *cpuMeter) start() { c.t0 = processCPU() }
+func (c *cpuMeter) stop()  { c.total += processCPU() - c.t0 }
+func (c *cpuMeter) report(b *testing.B) {
+	b.ReportMetric(float64(c.total.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 }

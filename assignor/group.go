@@ -107,7 +107,7 @@ func newGroup(in []Member, partitions map[string]int32, racks PartitionRacks) *g
 		ts := in[order[m]].Subscription.Topics
 		if m > 0 {
 			prev := g.class[m-1]
-			if slices.Equal(rawClasses[prev], ts) {
+			if sameStrings(rawClasses[prev], ts) {
 				g.class[m] = prev
 				continue
 			}
@@ -349,4 +349,15 @@ func (g *group) release() {
 		scratchPool.Put(g.sc)
 		g.sc = nil
 	}
+}
+
+// sameStrings is slices.Equal with a fast path for a shared slice.
+func sameStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	return slices.Equal(a, b)
 }

@@ -170,6 +170,8 @@ func (d *Decoder) intern(b []byte) string {
 }
 
 // DecodeSubscription decodes a subscription of any version into s.
+// Subscriptions decoded by one Decoder may share their Topics slice and
+// topic-name memory; treat decoded values as read-only.
 //
 // Versions above 3 are read through their version 3 prefix. As a workaround
 // for clients that claim version 1 but omit the owned partitions, a version 1
@@ -196,13 +198,26 @@ func (d *Decoder) decodeSubscription(b []byte, s *Subscription, asV0 bool) error
 		v = 0
 	}
 	n := r.arrayLen(2)
-	if n > 0 {
-		s.Topics = make([]string, 0, n)
-	}
+	// A topic list identical to the previous subscription's shares its
+	// slice; otherwise it gets its own.
+	same := n == len(d.topicHint)
 	for i := 0; i < n && r.err == nil; i++ {
-		s.Topics = append(s.Topics, d.internAt(r.stringBytes(), d.topicHint, i))
+		b := r.stringBytes()
+		if same && d.topicHint[i] == string(b) {
+			continue
+		}
+		if same {
+			s.Topics = make([]string, i, n)
+			copy(s.Topics, d.topicHint[:i])
+			same = false
+		}
+		s.Topics = append(s.Topics, d.internAt(b, d.topicHint, i))
 	}
-	if r.err == nil && n > 0 {
+	if r.err != nil {
+		s.Topics = nil
+	} else if same && n > 0 {
+		s.Topics = d.topicHint
+	} else if n > 0 {
 		d.topicHint = s.Topics
 	}
 	s.UserData = r.nullableBytes()
