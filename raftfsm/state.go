@@ -67,6 +67,13 @@ func (s *State) applyRecord(r *pb.Record) {
 	case *pb.Record_Offset:
 		o := k.Offset
 		s.entry(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = o
+	case *pb.Record_GenerationReserved:
+		r := k.GenerationReserved
+		g := s.entry(r.GetGroupId())
+		if g.rec == nil {
+			g.rec = &pb.GroupRecord{GroupId: r.GetGroupId()}
+		}
+		g.rec.GenerationFloor = max(g.rec.GetGenerationFloor(), r.GetGeneration())
 	case *pb.Record_GroupTombstone:
 		if g := s.groups[k.GroupTombstone.GetGroupId()]; g != nil {
 			g.rec = nil
