@@ -34,12 +34,21 @@ import (
 // COHORT_BENCH_CPUPROFILE=file writes a CPU profile of the cohort server.
 //
 // Before measuring, 10,000 groups of 10 members each join and sync (100,000
-// members). Then closed-loop Heartbeat and OffsetCommit requests for those
+// members; COHORT_BENCH_GROUPS=n changes the group count for quick runs).
+// Then closed-loop Heartbeat and OffsetCommit requests for those
 // members are sent round-robin over benchConns connections with
 // benchDepth requests in flight on each.
 
+var benchGroups = envInt("COHORT_BENCH_GROUPS", 10000)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
 const (
-	benchGroups   = 10000
 	benchMembers  = 10
 	benchConns    = 32
 	benchDepth    = 16

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"reflect"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -37,9 +38,11 @@ const (
 // errBadInput marks input that closes the connection.
 var errBadInput = errors.New("bad input")
 
-// conn is one client connection. A reader goroutine decodes frames and starts
-// one goroutine per request; a writer goroutine writes the answers in request
-// order. At most maxInFlight requests are in progress or waiting to be written.
+// conn is one client connection. A reader goroutine decodes frames and hands
+// each request to a worker goroutine, so later requests are processed while
+// earlier ones wait (a parked JoinGroup); a writer goroutine writes the
+// answers in request order. At most maxInFlight requests are in progress or
+// waiting to be written.
 type conn struct {
 	l      *Listener
 	nc     net.Conn
@@ -47,7 +50,8 @@ type conn struct {
 	cancel context.CancelFunc
 	host   string // Kafka's client host format: "/127.0.0.1"
 	queue  chan *pending
-	wg     sync.WaitGroup // request goroutines
+	jobs   chan func()    // to idle workers
+	wg     sync.WaitGroup // workers
 
 	// rebalanceHint is the last JoinGroup rebalance timeout seen on this
 	// connection; it bounds how long a SyncGroup may wait.
@@ -80,6 +84,7 @@ func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 		cancel: cancel,
 		host:   "/" + host,
 		queue:  make(chan *pending, maxInFlight),
+		jobs:   make(chan func()),
 	}
 }
 
@@ -256,9 +261,7 @@ func (c *conn) enqueue(h header, fn func(context.Context) kmsg.Response) error {
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.run(func() {
 		defer close(p.done)
 		defer func() {
 			if v := recover(); v != nil {
@@ -277,8 +280,32 @@ func (c *conn) enqueue(h header, fn func(context.Context) kmsg.Response) error {
 			resp.SetVersion(h.version)
 		}
 		p.resp = resp
-	}()
+	})
 	return nil
+}
+
+// run hands job to an idle worker of the connection, or starts one. Workers
+// live as long as the connection, so their stacks are grown once rather than
+// per request; there are never more than the requests in flight.
+func (c *conn) run(job func()) {
+	select {
+	case c.jobs <- job:
+		return
+	default:
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		job()
+		for {
+			select {
+			case job := <-c.jobs:
+				job()
+			case <-c.ctx.Done():
+				return
+			}
+		}
+	}()
 }
 
 func (c *conn) writeLoop() {
@@ -307,16 +334,19 @@ func (c *conn) writeLoop() {
 				return
 			}
 		}
-		select {
-		case <-p.done:
-		default:
-			if !flush() {
-				return
-			}
-			select {
-			case <-p.done:
-			case <-c.ctx.Done():
-				return
+		if !closed(p.done) {
+			// Give a handler that is about to finish a chance, so its
+			// answer shares this write; then flush and wait.
+			runtime.Gosched()
+			if !closed(p.done) {
+				if !flush() {
+					return
+				}
+				select {
+				case <-p.done:
+				case <-c.ctx.Done():
+					return
+				}
 			}
 		}
 		if p.resp == nil {
@@ -333,6 +363,15 @@ func (c *conn) writeLoop() {
 			c.close()
 			return
 		}
+	}
+}
+
+func closed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
