@@ -21,6 +21,13 @@
 // (rebalance timeout or initial delay) and the pending-sync timer, and a
 // periodic offset-expiry timer.
 //
+// Generations are never answered twice. Kafka persists a group only when it
+// turns Stable or Empty, so a coordinator that takes over mid-rebalance can
+// hand out the same generation again with another membership. Here a
+// completed join phase first writes a GenerationReserved record and answers
+// the JoinGroups once it is durable; a restored group continues above the
+// reserved generation while its members keep the generation they hold.
+//
 // Deterministic choices where Kafka leaves order to a hash map:
 //   - members are kept in join order; when the leader leaves, the oldest
 //     remaining member becomes leader; at join completion a leader that did not

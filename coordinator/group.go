@@ -108,7 +108,10 @@ type Group struct {
 	protocolType string // "" when none
 	protocolName *string
 	generation   int32
-	leader       string // "" when none
+	// floor is the highest generation reserved in the store: the next join
+	// phase continues above it (see GroupRecord.generation_floor).
+	floor  int32
+	leader string // "" when none
 
 	members    map[string]*member
 	order      []*member // join order; drives leader election and listings
@@ -161,6 +164,7 @@ func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now t
 	g := New(id, cfg, now)
 	g.protocolType = rec.GetProtocolType()
 	g.generation = rec.GetGeneration()
+	g.floor = max(rec.GetGenerationFloor(), rec.GetGeneration())
 	if rec.ProtocolName != nil {
 		name := rec.GetProtocolName()
 		g.protocolName = &name

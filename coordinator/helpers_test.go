@@ -209,6 +209,10 @@ func heldReplies(g *Group) map[ReplyTo]bool {
 			add(w.reply)
 		case *staticReplaceWrite:
 			// answered through the member's parked JoinGroup
+		case *generationWrite:
+			for _, r := range w.replies {
+				add(r.To)
+			}
 		}
 	}
 	return held

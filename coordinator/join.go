@@ -327,7 +327,8 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 		g.armJoin(d, fx)
 		return
 	}
-	g.generation++
+	g.generation = max(g.generation, g.floor) + 1
+	g.floor = g.generation
 	clear(g.pendSync)
 	if len(g.members) == 0 {
 		g.protocolName = nil
@@ -340,6 +341,9 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 	g.protocolName = &name
 	g.computeSubscribed()
 	g.transition(CompletingRebalance, now)
+	// The answers wait until the new generation is reserved in the store, so
+	// a coordinator that takes over never hands it out again.
+	op := &generationWrite{generation: g.generation}
 	var leaderMembers []*pb.JoinGroupMember
 	for _, m := range g.order {
 		if m.joinReply != nil {
@@ -350,13 +354,14 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 				}
 				resp.Members = leaderMembers
 			}
-			fx.reply(m.joinReply, resp)
+			op.replies = append(op.replies, Reply{To: m.joinReply, Msg: resp})
 			g.setJoinReply(m, nil, 0)
 		}
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
 		m.isNew = false
 		g.pendSync[m.id] = struct{}{}
 	}
+	g.persist(fx, op, &pb.Record{Kind: &pb.Record_GenerationReserved{GenerationReserved: &pb.GenerationReserved{GroupId: g.id, Generation: g.generation}}})
 	g.syncArmed, g.syncGen = true, g.generation
 	fx.arm(TimerSync, "", g.rebalanceTimeout())
 }
@@ -490,4 +495,35 @@ func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effect
 	g.setJoinReply(m, nil, 0)
 	// Its session timer may have fired while it waited for the write.
 	fx.arm(TimerMember, m.id, m.sessionTimeout)
+}
+
+// generationWrite sends the JoinGroup answers of a completed join phase once
+// its generation is reserved. If the reservation fails, the members get the
+// write's error and, if the group is still in that generation, a new join
+// phase starts.
+type generationWrite struct {
+	generation int32
+	replies    []Reply
+}
+
+func (w *generationWrite) done(g *Group, now time.Time, err error, fx *Effects) {
+	if err == nil {
+		for _, r := range w.replies {
+			fx.reply(r.To, r.Msg)
+		}
+		return
+	}
+	code := groupWriteError(err)
+	for _, r := range w.replies {
+		fx.reply(r.To, joinError(r.Msg.(*pb.JoinGroupResponse).GetMemberId(), code))
+	}
+	if g.state == CompletingRebalance && g.generation == w.generation {
+		g.prepareRebalance(now, fx)
+	}
+}
+
+func (w *generationWrite) abandon(fx *Effects) {
+	for _, r := range w.replies {
+		fx.reply(r.To, joinError(r.Msg.(*pb.JoinGroupResponse).GetMemberId(), ErrNotCoordinator))
+	}
 }

@@ -52,6 +52,9 @@ func (g *Group) groupRecord(now time.Time, assignments map[string][]byte) *pb.Re
 		StateTimestampMs: g.stateTime.UnixMilli(),
 		Members:          make([]*pb.MemberRecord, 0, len(g.order)),
 	}
+	if g.floor > g.generation {
+		rec.GenerationFloor = g.floor
+	}
 	if g.leader != "" {
 		l := g.leader
 		rec.Leader = &l

@@ -292,16 +292,18 @@ func TestCommitWriteFailureMapping(t *testing.T) {
 // §7: the persistence points and the records written.
 func TestPersistencePoints(t *testing.T) {
 	h := newHarness(t)
-	// Joining and the rebalance transitions write nothing.
+	// Joining writes nothing; completing the join phase reserves its
+	// generation before answering (no other rebalance transition writes).
 	a := h.join(&pb.JoinGroupRequest{ClientId: "a", ApiVersion: 5, GroupInstanceId: strp("ia"), ClientHost: "/1.2.3.4", Protocols: []*pb.Protocol{{Name: "range", Metadata: consumerMeta("t")}}})
 	first := h.join(&pb.JoinGroupRequest{ClientId: "b", ApiVersion: 4})
 	pid := answer[*pb.JoinGroupResponse](h, first).MemberId
 	b := h.join(&pb.JoinGroupRequest{ClientId: "b", ApiVersion: 4, MemberId: pid, SessionTimeoutMs: 12_000, RebalanceTimeoutMs: 30_000, Protocols: []*pb.Protocol{{Name: "range", Metadata: consumerMeta("u")}}})
 	h.advance(6 * time.Second)
 	ra, rb := h.joinOK(a), h.joinOK(b)
-	if len(h.written) != 0 {
-		t.Fatalf("join phase wrote %v", h.written)
+	if len(h.written) != 1 || h.written[0].GetGenerationReserved().GetGeneration() != 1 || h.written[0].GetGenerationReserved().GetGroupId() != "g" {
+		t.Fatalf("join phase wrote %v, want the reservation of generation 1", h.written)
 	}
+	h.written = nil
 	// 1. Leader SyncGroup: the full group record; answers only after the write.
 	h.hold = true
 	s := h.syncGroup(1, ra.MemberId, ra.MemberId, rb.MemberId)

@@ -138,8 +138,12 @@ type GroupRecord struct {
 	// Time of the group's last state transition (ms since the epoch).
 	StateTimestampMs int64           `protobuf:"varint,6,opt,name=state_timestamp_ms,json=stateTimestampMs,proto3" json:"state_timestamp_ms,omitempty"`
 	Members          []*MemberRecord `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Highest generation ever handed out in a JoinGroup answer. A join phase
+	// reserves its generation before answering; a coordinator that takes over
+	// continues above it, so no generation is ever answered twice.
+	GenerationFloor int32 `protobuf:"varint,8,opt,name=generation_floor,json=generationFloor,proto3" json:"generation_floor,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GroupRecord) Reset() {
@@ -221,6 +225,66 @@ func (x *GroupRecord) GetMembers() []*MemberRecord {
 	return nil
 }
 
+func (x *GroupRecord) GetGenerationFloor() int32 {
+	if x != nil {
+		return x.GenerationFloor
+	}
+	return 0
+}
+
+// GenerationReserved raises a group's generation floor (see GroupRecord).
+type GenerationReserved struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Generation    int32                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GenerationReserved) Reset() {
+	*x = GenerationReserved{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GenerationReserved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GenerationReserved) ProtoMessage() {}
+
+func (x *GenerationReserved) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GenerationReserved.ProtoReflect.Descriptor instead.
+func (*GenerationReserved) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GenerationReserved) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *GenerationReserved) GetGeneration() int32 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type OffsetRecord struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	GroupId           string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
@@ -238,7 +302,7 @@ type OffsetRecord struct {
 
 func (x *OffsetRecord) Reset() {
 	*x = OffsetRecord{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[2]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +314,7 @@ func (x *OffsetRecord) String() string {
 func (*OffsetRecord) ProtoMessage() {}
 
 func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[2]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +327,7 @@ func (x *OffsetRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetRecord.ProtoReflect.Descriptor instead.
 func (*OffsetRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{2}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *OffsetRecord) GetGroupId() string {
@@ -331,7 +395,7 @@ type GroupTombstone struct {
 
 func (x *GroupTombstone) Reset() {
 	*x = GroupTombstone{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[3]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +407,7 @@ func (x *GroupTombstone) String() string {
 func (*GroupTombstone) ProtoMessage() {}
 
 func (x *GroupTombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[3]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +420,7 @@ func (x *GroupTombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupTombstone.ProtoReflect.Descriptor instead.
 func (*GroupTombstone) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{3}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupTombstone) GetGroupId() string {
@@ -377,7 +441,7 @@ type OffsetTombstone struct {
 
 func (x *OffsetTombstone) Reset() {
 	*x = OffsetTombstone{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[4]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +453,7 @@ func (x *OffsetTombstone) String() string {
 func (*OffsetTombstone) ProtoMessage() {}
 
 func (x *OffsetTombstone) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[4]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +466,7 @@ func (x *OffsetTombstone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetTombstone.ProtoReflect.Descriptor instead.
 func (*OffsetTombstone) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{4}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OffsetTombstone) GetGroupId() string {
@@ -434,6 +498,7 @@ type Record struct {
 	//	*Record_Offset
 	//	*Record_GroupTombstone
 	//	*Record_OffsetTombstone
+	//	*Record_GenerationReserved
 	Kind          isRecord_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -441,7 +506,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[5]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +518,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[5]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +531,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{5}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Record) GetKind() isRecord_Kind {
@@ -512,6 +577,15 @@ func (x *Record) GetOffsetTombstone() *OffsetTombstone {
 	return nil
 }
 
+func (x *Record) GetGenerationReserved() *GenerationReserved {
+	if x != nil {
+		if x, ok := x.Kind.(*Record_GenerationReserved); ok {
+			return x.GenerationReserved
+		}
+	}
+	return nil
+}
+
 type isRecord_Kind interface {
 	isRecord_Kind()
 }
@@ -532,6 +606,10 @@ type Record_OffsetTombstone struct {
 	OffsetTombstone *OffsetTombstone `protobuf:"bytes,4,opt,name=offset_tombstone,json=offsetTombstone,proto3,oneof"`
 }
 
+type Record_GenerationReserved struct {
+	GenerationReserved *GenerationReserved `protobuf:"bytes,5,opt,name=generation_reserved,json=generationReserved,proto3,oneof"`
+}
+
 func (*Record_Group) isRecord_Kind() {}
 
 func (*Record_Offset) isRecord_Kind() {}
@@ -539,6 +617,8 @@ func (*Record_Offset) isRecord_Kind() {}
 func (*Record_GroupTombstone) isRecord_Kind() {}
 
 func (*Record_OffsetTombstone) isRecord_Kind() {}
+
+func (*Record_GenerationReserved) isRecord_Kind() {}
 
 // WriteFence makes a write conditional on the group's durable state: the
 // stored group must be at this generation and have this member. It is checked
@@ -554,7 +634,7 @@ type WriteFence struct {
 
 func (x *WriteFence) Reset() {
 	*x = WriteFence{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +646,7 @@ func (x *WriteFence) String() string {
 func (*WriteFence) ProtoMessage() {}
 
 func (x *WriteFence) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +659,7 @@ func (x *WriteFence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFence.ProtoReflect.Descriptor instead.
 func (*WriteFence) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{6}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WriteFence) GetGeneration() int32 {
@@ -613,7 +693,7 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\n" +
 	"assignment\x18\b \x01(\fR\n" +
 	"assignmentB\x14\n" +
-	"\x12_group_instance_id\"\xb8\x02\n" +
+	"\x12_group_instance_id\"\xe3\x02\n" +
 	"\vGroupRecord\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12#\n" +
 	"\rprotocol_type\x18\x02 \x01(\tR\fprotocolType\x12\x1e\n" +
@@ -623,9 +703,15 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\rprotocol_name\x18\x04 \x01(\tH\x00R\fprotocolName\x88\x01\x01\x12\x1b\n" +
 	"\x06leader\x18\x05 \x01(\tH\x01R\x06leader\x88\x01\x01\x12,\n" +
 	"\x12state_timestamp_ms\x18\x06 \x01(\x03R\x10stateTimestampMs\x127\n" +
-	"\amembers\x18\a \x03(\v2\x1d.cohort.group.v1.MemberRecordR\amembersB\x10\n" +
+	"\amembers\x18\a \x03(\v2\x1d.cohort.group.v1.MemberRecordR\amembers\x12)\n" +
+	"\x10generation_floor\x18\b \x01(\x05R\x0fgenerationFloorB\x10\n" +
 	"\x0e_protocol_nameB\t\n" +
-	"\a_leader\"\x94\x02\n" +
+	"\a_leader\"O\n" +
+	"\x12GenerationReserved\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x05R\n" +
+	"generation\"\x94\x02\n" +
 	"\fOffsetRecord\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
@@ -640,12 +726,13 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\x0fOffsetTombstone\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\x05R\tpartition\"\x9a\x02\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\"\xf2\x02\n" +
 	"\x06Record\x124\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.cohort.group.v1.GroupRecordH\x00R\x05group\x127\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x12J\n" +
 	"\x0fgroup_tombstone\x18\x03 \x01(\v2\x1f.cohort.group.v1.GroupTombstoneH\x00R\x0egroupTombstone\x12M\n" +
-	"\x10offset_tombstone\x18\x04 \x01(\v2 .cohort.group.v1.OffsetTombstoneH\x00R\x0foffsetTombstoneB\x06\n" +
+	"\x10offset_tombstone\x18\x04 \x01(\v2 .cohort.group.v1.OffsetTombstoneH\x00R\x0foffsetTombstone\x12V\n" +
+	"\x13generation_reserved\x18\x05 \x01(\v2#.cohort.group.v1.GenerationReservedH\x00R\x12generationReservedB\x06\n" +
 	"\x04kind\"I\n" +
 	"\n" +
 	"WriteFence\x12\x1e\n" +
@@ -666,27 +753,29 @@ func file_cohort_group_v1_records_proto_rawDescGZIP() []byte {
 	return file_cohort_group_v1_records_proto_rawDescData
 }
 
-var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_cohort_group_v1_records_proto_goTypes = []any{
-	(*MemberRecord)(nil),    // 0: cohort.group.v1.MemberRecord
-	(*GroupRecord)(nil),     // 1: cohort.group.v1.GroupRecord
-	(*OffsetRecord)(nil),    // 2: cohort.group.v1.OffsetRecord
-	(*GroupTombstone)(nil),  // 3: cohort.group.v1.GroupTombstone
-	(*OffsetTombstone)(nil), // 4: cohort.group.v1.OffsetTombstone
-	(*Record)(nil),          // 5: cohort.group.v1.Record
-	(*WriteFence)(nil),      // 6: cohort.group.v1.WriteFence
+	(*MemberRecord)(nil),       // 0: cohort.group.v1.MemberRecord
+	(*GroupRecord)(nil),        // 1: cohort.group.v1.GroupRecord
+	(*GenerationReserved)(nil), // 2: cohort.group.v1.GenerationReserved
+	(*OffsetRecord)(nil),       // 3: cohort.group.v1.OffsetRecord
+	(*GroupTombstone)(nil),     // 4: cohort.group.v1.GroupTombstone
+	(*OffsetTombstone)(nil),    // 5: cohort.group.v1.OffsetTombstone
+	(*Record)(nil),             // 6: cohort.group.v1.Record
+	(*WriteFence)(nil),         // 7: cohort.group.v1.WriteFence
 }
 var file_cohort_group_v1_records_proto_depIdxs = []int32{
 	0, // 0: cohort.group.v1.GroupRecord.members:type_name -> cohort.group.v1.MemberRecord
 	1, // 1: cohort.group.v1.Record.group:type_name -> cohort.group.v1.GroupRecord
-	2, // 2: cohort.group.v1.Record.offset:type_name -> cohort.group.v1.OffsetRecord
-	3, // 3: cohort.group.v1.Record.group_tombstone:type_name -> cohort.group.v1.GroupTombstone
-	4, // 4: cohort.group.v1.Record.offset_tombstone:type_name -> cohort.group.v1.OffsetTombstone
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	3, // 2: cohort.group.v1.Record.offset:type_name -> cohort.group.v1.OffsetRecord
+	4, // 3: cohort.group.v1.Record.group_tombstone:type_name -> cohort.group.v1.GroupTombstone
+	5, // 4: cohort.group.v1.Record.offset_tombstone:type_name -> cohort.group.v1.OffsetTombstone
+	2, // 5: cohort.group.v1.Record.generation_reserved:type_name -> cohort.group.v1.GenerationReserved
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_cohort_group_v1_records_proto_init() }
@@ -696,11 +785,12 @@ func file_cohort_group_v1_records_proto_init() {
 	}
 	file_cohort_group_v1_records_proto_msgTypes[0].OneofWrappers = []any{}
 	file_cohort_group_v1_records_proto_msgTypes[1].OneofWrappers = []any{}
-	file_cohort_group_v1_records_proto_msgTypes[5].OneofWrappers = []any{
+	file_cohort_group_v1_records_proto_msgTypes[6].OneofWrappers = []any{
 		(*Record_Group)(nil),
 		(*Record_Offset)(nil),
 		(*Record_GroupTombstone)(nil),
 		(*Record_OffsetTombstone)(nil),
+		(*Record_GenerationReserved)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -708,7 +798,7 @@ func file_cohort_group_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_group_v1_records_proto_rawDesc), len(file_cohort_group_v1_records_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
