@@ -3,19 +3,26 @@ package assignor
 import "slices"
 
 // stickyGeneral is the assignment when subscriptions differ between members
-// (the role of Kafka's GeneralAssignmentBuilder).
+// (the role of Kafka's GeneralAssignmentBuilder). prev gives each partition's
+// previous owner; the result is written to owner.
 //
 //  1. Every member keeps the partitions it owns of topics it still
 //     subscribes to.
 //  2. Topics are taken in order of increasing subscriber count (then name),
-//     and each unassigned partition goes to the least-loaded subscriber (ties
-//     to the first in member order), using a binary heap per topic.
+//     and each unassigned partition goes to the least-loaded subscriber
+//     (ties to the member with fewer subscribed topics, then the first in
+//     member order), using a binary heap per topic.
 //  3. Repair: while some topic has a holder with at least two partitions more
-//     than one of the topic's subscribers, a partition of that topic moves
-//     from the most-loaded holder to the least-loaded subscriber. At the end
+//     than one of the topic's subscribers, the lightest subscriber gains a
+//     partition or the heaviest holder loses one. Partitions not held by
+//     their previous owner move first (they cost no revocation): from the
+//     holder itself, by lifting the subscriber with a free partition of
+//     another of its topics, or by relieving the holder of a free partition
+//     of another topic. Only then does an owned partition move. At the end
 //     no member holds a partition of a topic that a member with two or more
-//     fewer partitions subscribes to: Kafka's balance criterion. Each move
-//     lowers the sum of squared loads, so this terminates; a pass costs
+//     fewer partitions subscribes to: Kafka's balance criterion. Every move
+//     either lowers the sum of squared loads or is one of a bounded number of
+//     sideways moves per partition, so this terminates; a pass costs
 //     O(P + sum of subscription sizes) plus O(log M) per move.
 func (g *group) stickyGeneral(prev, owner []int32) []int32 {
 	M, P, T := g.M(), g.P, g.T()
@@ -78,6 +85,13 @@ func (g *group) stickyGeneral(prev, owner []int32) []int32 {
 	// Repair.
 	r := newRepairer(M, load, width)
 	r.prev = prev
+	// The search for free moves is bounded by a work budget linear in the
+	// input, so the repair stays O(P + sum of subscription sizes) apart
+	// from the moves themselves.
+	r.budget = 4*P + 1024
+	for t := range T {
+		r.budget += 4 * len(g.tsubs[t])
+	}
 	for changed := true; changed; {
 		changed = false
 		for _, t := range topics {
@@ -161,6 +175,7 @@ type repairer struct {
 	prev      []int32
 	freeOf    [][]int32
 	freeIn    [][]int32 // per topic, partitions that are free to move
+	budget    int       // remaining candidate checks for boost and relieve
 	sideMoves []uint8   // sideways moves made per partition
 	sideFrom  []int32   // the member a partition last moved sideways from
 }
@@ -388,6 +403,9 @@ func (r *repairer) noteSide(q, from int32) {
 // the one on the most-loaded such x to l and returns x, or returns -1. It
 // examines a bounded number of candidates.
 func (r *repairer) boost(g *group, owner []int32, l, vt int32) int32 {
+	if r.budget <= 0 {
+		return -1
+	}
 	r.buildFree(g, owner)
 	const maxCandidates = 64
 	bestQ, bestX := int32(-1), int32(-1)
@@ -396,6 +414,7 @@ func (r *repairer) boost(g *group, owner []int32, l, vt int32) int32 {
 		list := r.freeIn[t]
 		w := 0
 		for _, q := range list {
+			r.budget--
 			x := owner[q]
 			if x < 0 || r.prev[q] == x {
 				continue // stale: no longer free
@@ -438,6 +457,9 @@ func (r *repairer) boost(g *group, owner []int32, l, vt int32) int32 {
 // straight back). It moves it and returns x, or returns -1. It examines a
 // bounded number of candidates.
 func (r *repairer) relieve(g *group, owner []int32, h, vt int32) int32 {
+	if r.budget <= 0 {
+		return -1
+	}
 	r.buildFree(g, owner)
 	const maxCandidates = 16
 	list := r.freeOf[h]
@@ -463,6 +485,7 @@ func (r *repairer) relieve(g *group, owner []int32, h, vt int32) int32 {
 		}
 		t := g.topicOf(q)
 		x := int32(-1)
+		r.budget -= len(g.subscribers(t))
 		for _, m := range g.subscribers(t) {
 			if m != h && m != back && (x < 0 || lighter(r.load, r.width, m, x)) {
 				x = m

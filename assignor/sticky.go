@@ -262,8 +262,8 @@ func (g *group) stickyUniform(prev []int32) []int32 {
 		keys = keys[:0]
 		t := int32(0)
 		for _, p := range mine {
-			for p >= g.base[t+1] {
-				t++
+			if p >= g.base[t+1] {
+				t = g.advanceTopic(t, p)
 			}
 			k := uint64(p-g.base[t])<<31 | uint64(t)
 			if g.rackAware && !g.rackMatch(m, p) {
