@@ -110,7 +110,7 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 	case *pb.SyncGroupRequest:
 		a.g.Sync(now, m, to, &a.fx)
 	case *pb.LeaveGroupRequest:
-		deliver(ctx, to, a.g.Leave(now, m, &a.fx))
+		a.g.Leave(now, m, to, &a.fx)
 	case *pb.OffsetCommitRequest:
 		a.g.Commit(now, m, to, &a.fx)
 	case *pb.OffsetFetchRequest:

@@ -22,7 +22,7 @@ func TestBadInputEmptyGroupID(t *testing.T) {
 	if code := h.g.Heartbeat(h.now, &pb.HeartbeatRequest{MemberId: ids[0], GenerationId: 1}, &h.fx); code != ErrInvalidGroupID {
 		t.Fatalf("heartbeat %d", code)
 	}
-	checkMsg(t, "leave", &pb.LeaveGroupResponse{ErrorCode: ErrInvalidGroupID}, h.g.Leave(h.now, &pb.LeaveGroupRequest{Members: []*pb.MemberIdentity{{MemberId: ids[0]}}}, &h.fx))
+	checkMsg(t, "leave", &pb.LeaveGroupResponse{ErrorCode: ErrInvalidGroupID}, h.leaveReq(&pb.LeaveGroupRequest{Members: []*pb.MemberIdentity{{MemberId: ids[0]}}}))
 	h.apply()
 	h.wantState(Stable, 1, ids...)
 }

@@ -76,3 +76,40 @@ func TestGenerationReservationFailure(t *testing.T) {
 		t.Fatalf("state %v, want a new join phase", h.g.State())
 	}
 }
+
+// A LeaveGroup is answered once the group without the leaver is written; the
+// record asks for a rebalance, so a coordinator that loads it neither brings
+// the leaver back nor serves the old assignment.
+func TestLeaveIsDurableBeforeItsAnswer(t *testing.T) {
+	h := newHarness(t)
+	ids := h.stableGroup(3)
+	h.hold = true
+	if r := h.leave(&pb.MemberIdentity{MemberId: ids[2]}); r != nil {
+		t.Fatalf("LeaveGroup answered before its write: %v", r)
+	}
+	var rec *pb.GroupRecord
+	for _, r := range h.written {
+		if g := r.GetGroup(); g != nil {
+			rec = g
+		}
+	}
+	if rec == nil || !rec.GetRebalancePending() || len(rec.GetMembers()) != 2 || rec.GetGeneration() != 1 {
+		t.Fatalf("membership record %v", rec)
+	}
+	h.release(nil)
+
+	g := Restore(&h.cfg, rec, nil, h.now)
+	h2 := newHarness(t)
+	h2.g = g
+	h2.g.Start(h2.now, &h2.fx)
+	h2.apply()
+	if g.State() != PreparingRebalance || g.NumMembers() != 2 {
+		t.Fatalf("restored %v with %d members, want a rebalance of the 2 that stayed", g.State(), g.NumMembers())
+	}
+	if code := h2.heartbeat(ids[0], 1); code != ErrRebalanceInProgress {
+		t.Fatalf("heartbeat after restore: %d", code)
+	}
+	if code := h2.heartbeat(ids[2], 1); code != ErrUnknownMemberID {
+		t.Fatalf("the leaver came back: %d", code)
+	}
+}

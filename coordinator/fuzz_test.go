@@ -215,9 +215,8 @@ func (d *groupDriver) step() {
 		for range f.pick(3) + 1 {
 			req.Members = append(req.Members, &pb.MemberIdentity{MemberId: d.memberID(), GroupInstanceId: d.instance()})
 		}
-		resp := h.g.Leave(h.now, req, &h.fx)
-		h.apply()
-		if resp.ErrorCode == ErrNone && len(resp.Members) != len(req.Members) {
+		resp := h.leaveReq(req)
+		if resp != nil && resp.ErrorCode == ErrNone && len(resp.Members) != len(req.Members) {
 			h.t.Fatalf("leave answered %d of %d members", len(resp.Members), len(req.Members))
 		}
 	case 7: // OffsetCommit

@@ -112,6 +112,9 @@ type Group struct {
 	// phase continues above it (see GroupRecord.generation_floor).
 	floor  int32
 	leader string // "" when none
+	// rebalancePending: restored from a record written after a membership
+	// change; Start rebalances.
+	rebalancePending bool
 
 	members    map[string]*member
 	order      []*member // join order; drives leader election and listings
@@ -165,6 +168,7 @@ func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now t
 	g.protocolType = rec.GetProtocolType()
 	g.generation = rec.GetGeneration()
 	g.floor = max(rec.GetGenerationFloor(), rec.GetGeneration())
+	g.rebalancePending = rec.GetRebalancePending()
 	if rec.ProtocolName != nil {
 		name := rec.GetProtocolName()
 		g.protocolName = &name
@@ -227,9 +231,10 @@ func (g *Group) Start(now time.Time, fx *Effects) {
 	for _, m := range g.order {
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
 	}
-	if len(g.members) > g.cfg.maxSize() && g.state == Stable {
+	if (len(g.members) > g.cfg.maxSize() || g.rebalancePending) && g.state == Stable {
 		g.prepareRebalance(now, fx)
 	}
+	g.rebalancePending = false
 }
 
 // ID returns the group id.

@@ -232,9 +232,19 @@ func (h *harness) commit(req *pb.OffsetCommitRequest) int {
 }
 
 func (h *harness) leave(ids ...*pb.MemberIdentity) *pb.LeaveGroupResponse {
-	resp := h.g.Leave(h.now, &pb.LeaveGroupRequest{GroupId: "g", Members: ids}, &h.fx)
+	return h.leaveReq(&pb.LeaveGroupRequest{GroupId: "g", Members: ids})
+}
+
+// leaveReq sends a LeaveGroup and returns its answer (nil while a held
+// write keeps it parked).
+func (h *harness) leaveReq(req *pb.LeaveGroupRequest) *pb.LeaveGroupResponse {
+	id := h.handle()
+	h.g.Leave(h.now, req, id, &h.fx)
 	h.apply()
-	return resp
+	if h.parked[id] {
+		return nil
+	}
+	return answer[*pb.LeaveGroupResponse](h, id)
 }
 
 // answer returns the single answer of a handle, failing if there is none.

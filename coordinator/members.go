@@ -38,25 +38,32 @@ func (g *Group) onMemberTimer(now time.Time, id string, fx *Effects) {
 	case m == nil:
 		return
 	case m.isNew:
-		// The new-member join timeout: the member never completed a join phase.
+		// The new-member join timeout: the member never completed a join
+		// phase, so no durable record names it.
 		g.removeAndUpdate(now, m, fx)
 	case m.joinReply != nil || m.syncReply != nil:
 		// Parked in a rebalance: the join and sync timers govern it, and join
 		// completion or assignment propagation arms a fresh session timer.
 	default:
 		g.removeAndUpdate(now, m, fx)
+		g.persistMembership(now, fx, &emptyGroupWrite{})
 	}
 }
 
-// Leave handles LeaveGroup v0-v5 (v0-v2 are sent as one identity).
-func (g *Group) Leave(now time.Time, req *pb.LeaveGroupRequest, fx *Effects) *pb.LeaveGroupResponse {
+// Leave handles LeaveGroup v0-v5 (v0-v2 are sent as one identity). When
+// members were removed, the answer waits until the group without them is
+// written.
+func (g *Group) Leave(now time.Time, req *pb.LeaveGroupRequest, to ReplyTo, fx *Effects) {
 	if req.GetGroupId() == "" {
-		return &pb.LeaveGroupResponse{ErrorCode: ErrInvalidGroupID}
+		fx.reply(to, &pb.LeaveGroupResponse{ErrorCode: ErrInvalidGroupID})
+		return
 	}
 	if g.state == Dead {
-		return &pb.LeaveGroupResponse{ErrorCode: ErrCoordinatorNotAvailable}
+		fx.reply(to, &pb.LeaveGroupResponse{ErrorCode: ErrCoordinatorNotAvailable})
+		return
 	}
 	resp := &pb.LeaveGroupResponse{Members: make([]*pb.LeaveGroupMemberResponse, 0, len(req.GetMembers()))}
+	before := len(g.members)
 	for _, id := range req.GetMembers() {
 		resp.Members = append(resp.Members, &pb.LeaveGroupMemberResponse{
 			MemberId:        id.GetMemberId(),
@@ -64,7 +71,23 @@ func (g *Group) Leave(now time.Time, req *pb.LeaveGroupRequest, fx *Effects) *pb
 			ErrorCode:       g.leaveOne(now, id, fx),
 		})
 	}
-	return resp
+	if len(g.members) < before {
+		op := &replyWrite{reply: to, msg: resp, onError: func(code int32) { resp.ErrorCode = membershipWriteError(code) }}
+		op.groupWrite = true
+		if g.persistMembership(now, fx, op) {
+			return
+		}
+	}
+	fx.reply(to, resp)
+}
+
+// membershipWriteError turns a failed membership write into a retriable
+// coordinator error for LeaveGroup.
+func membershipWriteError(code int32) int32 {
+	if code == ErrRebalanceInProgress || code == ErrUnknownServerError || code == ErrRequestTimedOut {
+		return ErrCoordinatorNotAvailable
+	}
+	return code
 }
 
 func (g *Group) leaveOne(now time.Time, id *pb.MemberIdentity, fx *Effects) int32 {

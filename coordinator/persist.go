@@ -55,6 +55,7 @@ func (g *Group) groupRecord(now time.Time, assignments map[string][]byte) *pb.Re
 	if g.floor > g.generation {
 		rec.GenerationFloor = g.floor
 	}
+
 	if g.leader != "" {
 		l := g.leader
 		rec.Leader = &l
@@ -90,6 +91,8 @@ type replyWrite struct {
 	reply   ReplyTo
 	msg     proto.Message
 	onError func(code int32)
+	// groupWrite: the write is a group record (errors map as group writes).
+	groupWrite bool
 }
 
 func (w *replyWrite) done(g *Group, now time.Time, err error, fx *Effects) {
@@ -97,7 +100,11 @@ func (w *replyWrite) done(g *Group, now time.Time, err error, fx *Effects) {
 		return
 	}
 	if err != nil && w.onError != nil {
-		w.onError(offsetWriteError(err))
+		if w.groupWrite {
+			w.onError(groupWriteError(err))
+		} else {
+			w.onError(offsetWriteError(err))
+		}
 	}
 	fx.reply(w.reply, w.msg)
 }
@@ -110,4 +117,18 @@ func (w *replyWrite) abandon(fx *Effects) {
 		w.onError(ErrNotCoordinator)
 	}
 	fx.reply(w.reply, w.msg)
+}
+
+// persistMembership writes the group after members left or expired outside
+// a completed rebalance, so a coordinator that takes over neither brings
+// them back nor serves their old assignment (the record asks for a
+// rebalance). Empty and Dead groups were written by their own transition.
+func (g *Group) persistMembership(now time.Time, fx *Effects, op persistOp) bool {
+	if g.state == Empty || g.state == Dead {
+		return false
+	}
+	rec := g.groupRecord(now, nil)
+	rec.GetGroup().RebalancePending = true
+	g.persist(fx, op, rec)
+	return true
 }

@@ -152,6 +152,7 @@ func (g *Group) onSyncTimer(now time.Time, fx *Effects) {
 	}
 	clear(g.pendSync)
 	g.prepareRebalance(now, fx)
+	g.persistMembership(now, fx, &emptyGroupWrite{})
 }
 
 // Heartbeat handles Heartbeat v0-v4 and returns its error code. It does not

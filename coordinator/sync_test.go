@@ -272,7 +272,7 @@ func TestLeaveGroup(t *testing.T) {
 	t.Run("dead: top-level COORDINATOR_NOT_AVAILABLE; empty group id: INVALID_GROUP_ID", func(t *testing.T) {
 		h := newHarness(t)
 		ids := h.stableGroup(1)
-		r := h.g.Leave(h.now, &pb.LeaveGroupRequest{Members: []*pb.MemberIdentity{{MemberId: ids[0]}}}, &h.fx)
+		r := h.leaveReq(&pb.LeaveGroupRequest{Members: []*pb.MemberIdentity{{MemberId: ids[0]}}})
 		checkMsg(t, "empty id", &pb.LeaveGroupResponse{ErrorCode: ErrInvalidGroupID}, r)
 		h.g.Unload(h.now, &h.fx)
 		h.apply()

@@ -142,8 +142,12 @@ type GroupRecord struct {
 	// reserves its generation before answering; a coordinator that takes over
 	// continues above it, so no generation is ever answered twice.
 	GenerationFloor int32 `protobuf:"varint,8,opt,name=generation_floor,json=generationFloor,proto3" json:"generation_floor,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set when the membership changed (a member left or expired) after the
+	// group's last completed rebalance: a coordinator that loads this record
+	// starts a rebalance at once instead of serving the old assignment.
+	RebalancePending bool `protobuf:"varint,9,opt,name=rebalance_pending,json=rebalancePending,proto3" json:"rebalance_pending,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GroupRecord) Reset() {
@@ -230,6 +234,13 @@ func (x *GroupRecord) GetGenerationFloor() int32 {
 		return x.GenerationFloor
 	}
 	return 0
+}
+
+func (x *GroupRecord) GetRebalancePending() bool {
+	if x != nil {
+		return x.RebalancePending
+	}
+	return false
 }
 
 // GenerationReserved raises a group's generation floor (see GroupRecord).
@@ -693,7 +704,7 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\n" +
 	"assignment\x18\b \x01(\fR\n" +
 	"assignmentB\x14\n" +
-	"\x12_group_instance_id\"\xe3\x02\n" +
+	"\x12_group_instance_id\"\x90\x03\n" +
 	"\vGroupRecord\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12#\n" +
 	"\rprotocol_type\x18\x02 \x01(\tR\fprotocolType\x12\x1e\n" +
@@ -704,7 +715,8 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\x06leader\x18\x05 \x01(\tH\x01R\x06leader\x88\x01\x01\x12,\n" +
 	"\x12state_timestamp_ms\x18\x06 \x01(\x03R\x10stateTimestampMs\x127\n" +
 	"\amembers\x18\a \x03(\v2\x1d.cohort.group.v1.MemberRecordR\amembers\x12)\n" +
-	"\x10generation_floor\x18\b \x01(\x05R\x0fgenerationFloorB\x10\n" +
+	"\x10generation_floor\x18\b \x01(\x05R\x0fgenerationFloor\x12+\n" +
+	"\x11rebalance_pending\x18\t \x01(\bR\x10rebalancePendingB\x10\n" +
 	"\x0e_protocol_nameB\t\n" +
 	"\a_leader\"O\n" +
 	"\x12GenerationReserved\x12\x19\n" +
