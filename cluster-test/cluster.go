@@ -184,6 +184,19 @@ func (c *Cluster) Running() []*Node {
 	return out
 }
 
+// NameOf returns the id of the node with the given Kafka, remote or raft
+// address, or addr itself when no node has it.
+func (c *Cluster) NameOf(addr string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.Nodes {
+		if n.KafkaAddr == addr || n.RemoteAddr == addr || n.RaftAddr == addr {
+			return n.ID + "(" + addr + ")"
+		}
+	}
+	return addr
+}
+
 // KafkaAddrs returns the Kafka addresses of the running nodes, as bootstrap
 // servers for clients.
 func (c *Cluster) KafkaAddrs() []string {
@@ -572,6 +585,28 @@ func (c *Cluster) cleanup() {
 	}
 	if c.T.Failed() {
 		c.DumpLogs(60)
+	}
+	if dir := os.Getenv("COHORT_CLUSTER_LOG_DIR"); dir != "" {
+		c.keepLogs(dir, nodes)
+	}
+}
+
+// keepLogs copies every node's log to dir as <test>-<node>.log, so a run's
+// logs survive the test (set COHORT_CLUSTER_LOG_DIR).
+func (c *Cluster) keepLogs(dir string, nodes []*Node) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.T.Logf("keep logs: %v", err)
+		return
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(c.T.Name())
+	for _, n := range nodes {
+		b, err := os.ReadFile(n.LogPath)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d-%s.log", name, time.Now().UnixMilli(), n.ID)), b, 0o644)
+		}
+		if err != nil {
+			c.T.Logf("keep logs of %s: %v", n.ID, err)
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func skipShort(t *testing.T) {
@@ -17,17 +19,18 @@ func skipShort(t *testing.T) {
 }
 
 // waitSuccess waits until every member had a successful request of kind
-// that started after since, answered by the node at addr when addr is set.
-func waitSuccess(t *testing.T, w *Workload, kind string, since time.Time, addr string, timeout time.Duration) {
+// after since, answered by a node other than the one at except (only the
+// leader answers group requests, so that is a leader other than except).
+func waitSuccess(t *testing.T, w *Workload, kind string, since time.Time, except string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for _, m := range w.Members() {
 		for {
-			if last := m.LastOK(kind); last.After(since) && (addr == "" || m.State().Node == addr) {
+			if last := m.LastOK(kind); last.After(since) && (except == "" || m.State().Node != except) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: no successful %s since %s at %q within %v (state %+v)", m.Name, kind, since.Format(time.TimeOnly), addr, timeout, m.State())
+				t.Fatalf("%s: no successful %s since %s at a node other than %q within %v (state %+v)", m.Name, kind, since.Format(time.TimeOnly), except, timeout, m.State())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -60,14 +63,24 @@ func viewsAsDescribed(v map[string]GroupView) map[string]string {
 	return out
 }
 
-// fetchAll fetches the committed offsets of every group.
-func fetchAll(t *testing.T, ctx context.Context, w *Workload) map[OffsetKey]int64 {
+// fetchAll fetches the committed offsets of every group from the node at
+// want.
+func fetchAll(t *testing.T, ctx context.Context, c *Cluster, w *Workload, want string) map[OffsetKey]int64 {
 	t.Helper()
 	out := map[OffsetKey]int64{}
 	for _, g := range w.Groups {
-		offs, _, err := FetchOffsets(ctx, g.Coord, g.Topic, g.Partitions)
+		offs, addr, err := FetchOffsets(ctx, g.Coord, g.Topic, g.Partitions)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if addr != want {
+			if now := c.Leader(); now != nil && now.KafkaAddr != want {
+				t.Logf("leadership moved from %s to %s (term change); the offsets come from the current leader", c.NameOf(want), now.ID)
+				want = now.KafkaAddr
+			}
+		}
+		if addr != want {
+			t.Errorf("%s: offsets fetched from %s, want the leader %s", g.ID, c.NameOf(addr), c.NameOf(want))
 		}
 		for p, o := range offs {
 			out[OffsetKey{g.ID, g.Topic, p}] = o
@@ -83,6 +96,9 @@ func checkHistory(t *testing.T, w *Workload, fetched map[OffsetKey]int64) {
 		t.Error(err)
 	}
 	for _, err := range CheckOffsets(ops, fetched) {
+		t.Error(err)
+	}
+	for _, err := range CheckFencing(ops) {
 		t.Error(err)
 	}
 	acked := 0
@@ -170,18 +186,21 @@ func TestLeaderKillKeepsGroups(t *testing.T) {
 	waitSuccess(t, w, OpCommit, time.Now(), "", 30*time.Second)
 
 	old := c.WaitLeader(10 * time.Second)
+	checkRouting(t, ctx, c, old, w.Groups[0].ID)
 	killed := time.Now()
 	c.Kill(old.Index)
 	leader := c.WaitLeader(20 * time.Second)
 	if leader == old {
 		t.Fatalf("%s still leads after being killed", old.ID)
 	}
-	waitSuccess(t, w, OpHeartbeat, killed, leader.KafkaAddr, 30*time.Second)
-	waitSuccess(t, w, OpCommit, killed, leader.KafkaAddr, 30*time.Second)
-	t.Logf("killed %s; %s leads; every member heartbeat and committed at it within %v", old.ID, leader.ID, time.Since(killed).Round(time.Millisecond))
+	waitSuccess(t, w, OpHeartbeat, killed, old.KafkaAddr, 30*time.Second)
+	waitSuccess(t, w, OpCommit, killed, old.KafkaAddr, 30*time.Second)
+	t.Logf("killed %s; %s leads; every member heartbeat and committed at a new leader within %v", old.ID, leader.ID, time.Since(killed).Round(time.Millisecond))
 	if err := w.StopCommits(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	leader = c.WaitLeader(10 * time.Second)
+	checkRouting(t, ctx, c, leader, w.Groups[0].ID)
 
 	if n := w.Joins() - joins; n != 0 {
 		for _, o := range w.History.Ops() {
@@ -198,7 +217,7 @@ func TestLeaderKillKeepsGroups(t *testing.T) {
 	if got, want := describeGroups(t, ctx, w), viewsAsDescribed(before); !mapsEqual(got, want) {
 		t.Errorf("after the failover: described %v, want %v", got, want)
 	}
-	checkHistory(t, w, fetchAll(t, ctx, w))
+	checkHistory(t, w, fetchAll(t, ctx, c, w, leader.KafkaAddr))
 
 	c.Restart(old.Index)
 	sts := c.WaitConverged(30 * time.Second)
@@ -206,14 +225,12 @@ func TestLeaderKillKeepsGroups(t *testing.T) {
 		t.Fatalf("%d nodes converged, want 3", len(sts))
 	}
 	for _, st := range sts {
-		if st.NodeId == old.ID && st.State != "Follower" {
-			t.Errorf("restarted %s is %s", st.NodeId, st.State)
-		}
 		if v := sortedCopy(Voters(st)); !slices.Equal(v, []string{"node1", "node2", "node3"}) {
 			t.Errorf("%s sees voters %v", st.NodeId, v)
 		}
 	}
 	waitCohortctlHash(t, c, 3, 15*time.Second)
+	checkRouting(t, ctx, c, c.WaitLeader(10*time.Second), w.Groups[0].ID)
 }
 
 func mapsEqual(a, b map[string]string) bool {
@@ -232,4 +249,39 @@ func mapsEqual(a, b map[string]string) bool {
 func exec_(bin string, args ...string) (string, error) {
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	return string(out), err
+}
+
+// checkRouting checks that every running node names leader as the group's
+// coordinator and that followers answer group requests with
+// NOT_COORDINATOR.
+func checkRouting(t *testing.T, ctx context.Context, c *Cluster, leader *Node, group string) {
+	t.Helper()
+	conns := NewConns("routing-check")
+	defer conns.Close()
+	for _, n := range c.Running() {
+		one := &Coordinator{Conns: conns, Seeds: func() []string { return []string{n.KafkaAddr} }, Group: group}
+		addr, err := one.Find(ctx)
+		if err != nil {
+			t.Errorf("FindCoordinator at %s: %v", n.ID, err)
+			continue
+		}
+		if addr != leader.KafkaAddr {
+			t.Errorf("FindCoordinator at %s answered %s, want the leader %s (%s)", n.ID, addr, leader.KafkaAddr, leader.ID)
+		}
+		if n == leader {
+			continue
+		}
+		req := kmsg.NewPtrHeartbeatRequest()
+		req.Group, req.Generation, req.MemberID = group, 1, "nobody"
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		res, err := conns.Request(rctx, n.KafkaAddr, req)
+		cancel()
+		if err != nil {
+			t.Errorf("Heartbeat at follower %s: %v", n.ID, err)
+			continue
+		}
+		if code := res.(*kmsg.HeartbeatResponse).ErrorCode; code != errNotCoordinator {
+			t.Errorf("Heartbeat at follower %s: error code %d, want NOT_COORDINATOR (16)", n.ID, code)
+		}
+	}
 }

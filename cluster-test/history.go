@@ -182,6 +182,40 @@ func CheckGenerations(ops []*Op) []error {
 	return errs
 }
 
+// CheckFencing verifies generation fencing in real time: once any client
+// received generation g' of a group, no Heartbeat, SyncGroup or OffsetCommit
+// stamped with an older generation that started later succeeded.
+func CheckFencing(ops []*Op) []error {
+	type joined struct {
+		end time.Time
+		gen int32
+	}
+	joins := map[string][]joined{}
+	for _, o := range ops {
+		if o.Kind == OpJoin && o.OK() {
+			joins[o.Group] = append(joins[o.Group], joined{o.End, o.Gen})
+		}
+	}
+	for _, js := range joins {
+		sort.Slice(js, func(i, j int) bool { return js[i].end.Before(js[j].end) })
+		for i := 1; i < len(js); i++ {
+			js[i].gen = max(js[i].gen, js[i-1].gen)
+		}
+	}
+	var errs []error
+	for _, o := range ops {
+		if o.Kind == OpJoin || !o.OK() || o.Gen < 0 {
+			continue
+		}
+		js := joins[o.Group]
+		i := sort.Search(len(js), func(i int) bool { return !js[i].end.Before(o.Start) })
+		if i > 0 && js[i-1].gen > o.Gen {
+			errs = append(errs, fmt.Errorf("group %s: %s of %s with generation %d succeeded after generation %d was handed out", o.Group, o.Kind, o.Client, o.Gen, js[i-1].gen))
+		}
+	}
+	return errs
+}
+
 // OffsetKey names one committed offset.
 type OffsetKey struct {
 	Group     string

@@ -3,6 +3,7 @@ package clustertest
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func join(group, client, member string, gen int32, leader string, members ...string) *Op {
@@ -74,5 +75,32 @@ func TestCheckOffsets(t *testing.T) {
 	}
 	if errs := CheckOffsets(ops, map[OffsetKey]int64{}); len(errs) == 0 {
 		t.Error("an acknowledged commit that was not fetched passed")
+	}
+}
+
+func TestCheckFencing(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(o *Op, start, end int) *Op {
+		o.Start, o.End = t0.Add(time.Duration(start)*time.Second), t0.Add(time.Duration(end)*time.Second)
+		return o
+	}
+	hb := func(gen int32, code int16) *Op {
+		return &Op{Kind: OpHeartbeat, Group: "g", Client: "b", MemberID: "b", Gen: gen, Code: code}
+	}
+	ops := []*Op{
+		at(join("g", "a", "a", 1, "a", "a"), 0, 1),
+		at(hb(1, 0), 2, 3),
+		at(join("g", "a", "a", 2, "a", "a"), 4, 5),
+		at(hb(1, 0), 4, 6),  // concurrent with the join: allowed
+		at(hb(1, 22), 6, 7), // fenced
+		at(hb(2, 0), 6, 7),
+	}
+	if errs := CheckFencing(ops); len(errs) != 0 {
+		t.Fatalf("clean history: %v", errs)
+	}
+	ops = append(ops, at(hb(1, 0), 8, 9))
+	errs := CheckFencing(ops)
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "generation 1 succeeded after generation 2") {
+		t.Fatalf("got %v, want one fencing violation", errs)
 	}
 }

@@ -20,6 +20,7 @@ const (
 	errCoordinatorLoading      int16 = 14
 	errCoordinatorNotAvailable int16 = 15
 	errNotCoordinator          int16 = 16
+	errRequestTimedOut         int16 = 7
 	errIllegalGeneration       int16 = 22
 	errUnknownMemberID         int16 = 25
 	errRebalanceInProgress     int16 = 27
@@ -233,7 +234,7 @@ func CreateTopic(ctx context.Context, c *Coordinator, topic string, partitions i
 			switch {
 			case code == errNone || code == errTopicAlreadyExists:
 				return nil
-			case code == errNotController || coordinatorMoved(code):
+			case code == errNotController || code == errRequestTimedOut || coordinatorMoved(code):
 				c.Forget()
 				last = fmt.Errorf("%s: error code %d", addr, code)
 			default:
@@ -296,4 +297,32 @@ func FetchOffsets(ctx context.Context, c *Coordinator, topic string, partitions 
 		}
 	}
 	return out, addr, nil
+}
+
+// CommitStandalone commits offsets for a group without members (generation
+// -1, as a client that assigns partitions itself does) at the node at addr.
+// It returns the first non-zero partition error code.
+func CommitStandalone(ctx context.Context, conns *Conns, addr, group, topic string, offsets map[int32]int64) (int16, error) {
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	t := kmsg.NewOffsetCommitRequestTopic()
+	t.Topic = topic
+	for p, o := range offsets {
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = p, o
+		t.Partitions = append(t.Partitions, rp)
+	}
+	req.Topics = []kmsg.OffsetCommitRequestTopic{t}
+	res, err := conns.Request(ctx, addr, req)
+	if err != nil {
+		return 0, err
+	}
+	for _, rt := range res.(*kmsg.OffsetCommitResponse).Topics {
+		for _, rp := range rt.Partitions {
+			if rp.ErrorCode != errNone {
+				return rp.ErrorCode, nil
+			}
+		}
+	}
+	return errNone, nil
 }

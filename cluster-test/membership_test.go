@@ -61,10 +61,15 @@ func TestMembershipChanges(t *testing.T) {
 	w.SetCommits(true)
 	waitSuccess(t, w, OpCommit, time.Now(), "", 30*time.Second)
 
+	begin := time.Now()
+	logf := func(format string, args ...any) {
+		t.Helper()
+		t.Logf("%6.2fs "+format, append([]any{time.Since(begin).Seconds()}, args...)...)
+	}
 	// Add a fourth node.
 	n4 := c.AddNode()
 	quiesceAndConverge(t, c, w, 4)
-	t.Logf("added %s", n4.ID)
+	logf("added %s", n4.ID)
 
 	// Remove a follower.
 	leader := c.WaitLeader(10 * time.Second)
@@ -90,7 +95,7 @@ func TestMembershipChanges(t *testing.T) {
 	waitSuccess(t, w, OpCommit, step, "", 30*time.Second)
 	quiesceAndConverge(t, c, w, 3)
 	checkGroupsKept(t, ctx, w, before, joins, "after removing follower "+follower.ID)
-	t.Logf("removed follower %s", follower.ID)
+	logf("removed follower %s", follower.ID)
 
 	// Remove the leader through cohortctl: the leader hands leadership over,
 	// and the command follows it to the new leader.
@@ -112,13 +117,15 @@ func TestMembershipChanges(t *testing.T) {
 	if newLeader == leader {
 		t.Fatalf("removed leader %s still leads", leader.ID)
 	}
+	logf("%s removed, %s leads", leader.ID, newLeader.ID)
 	c.Stop(leader.Index)
 	step = time.Now()
-	waitSuccess(t, w, OpHeartbeat, step, newLeader.KafkaAddr, 30*time.Second)
-	waitSuccess(t, w, OpCommit, step, newLeader.KafkaAddr, 30*time.Second)
+	waitSuccess(t, w, OpHeartbeat, step, leader.KafkaAddr, 30*time.Second)
+	waitSuccess(t, w, OpCommit, step, leader.KafkaAddr, 30*time.Second)
 	if err := w.StopCommits(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	logf("every member heartbeat and committed at a node other than %s", leader.ID)
 	sts := c.WaitConverged(30 * time.Second)
 	for _, st := range sts {
 		if v := sortedCopy(Voters(st)); !slices.Equal(v, sortedCopy(rest)) {
@@ -126,6 +133,6 @@ func TestMembershipChanges(t *testing.T) {
 		}
 	}
 	checkGroupsKept(t, ctx, w, before, joins, "after removing leader "+leader.ID)
-	checkHistory(t, w, fetchAll(t, ctx, w))
-	t.Logf("removed leader %s; %s leads %v", leader.ID, newLeader.ID, rest)
+	checkHistory(t, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
+	logf("removed leader %s; %s leads %v; term %d", leader.ID, newLeader.ID, rest, sts[0].Term)
 }
