@@ -25,6 +25,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	queue   []pending
+	closed  bool
 	wake    chan struct{}
 	slots   chan struct{}
 	stop    chan struct{}
@@ -53,6 +54,11 @@ func NewStore(r *raft.Raft, fsm *FSM, timeout time.Duration) *Store {
 // Append implements actors.Store. It never blocks.
 func (s *Store) Append(groupID string, recs []*pb.Record, fence *pb.WriteFence, done func(error)) {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		done(coordinator.ErrStoreNotLeader)
+		return
+	}
 	s.queue = append(s.queue, pending{w: &raftpb.GroupWrite{GroupId: groupID, Records: recs, Fence: fence}, done: done})
 	s.mu.Unlock()
 	select {
@@ -69,8 +75,16 @@ func (s *Store) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error
 // Groups implements actors.Store.
 func (s *Store) Groups() ([]string, error) { return s.fsm.Groups() }
 
-// Close stops batching; queued writes fail with ErrStoreNotLeader.
+// Close stops batching; queued writes, and writes appended after Close,
+// fail with ErrStoreNotLeader. Closing again does nothing.
 func (s *Store) Close() {
+	s.mu.Lock()
+	closed := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if closed {
+		return
+	}
 	close(s.stop)
 	s.stopped.Wait()
 	for _, p := range s.take(-1) {
