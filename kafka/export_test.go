@@ -1,0 +1,4 @@
+package kafka
+
+// SampleRequest is sampleRequest for the external tests.
+var SampleRequest = sampleRequest
