@@ -662,3 +662,11 @@ func sortedCopy(s []string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// ExitErr returns how node i's last process ended (nil for exit status 0).
+func (c *Cluster) ExitErr(i int) error {
+	n := c.Node(i)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.exitErr
+}
