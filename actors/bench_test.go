@@ -109,6 +109,37 @@ func BenchmarkHeartbeatOneGroupSeq(b *testing.B) {
 	b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
+// BenchmarkHeartbeatScaling: one caller, heartbeats to random members of
+// N groups x 10 members: how the per-request cost grows with the working set.
+func BenchmarkHeartbeatScaling(b *testing.B) {
+	for _, groups := range []int{1, 100, 1000, 10000} {
+		b.Run(fmt.Sprint(groups), func(b *testing.B) {
+			system := actor.NewActorSystem(quietLogs())
+			svc, _ := Start(system, Options{Config: coordinator.DefaultConfig(), Store: stableStore(groups, 10), Logger: quietLogger()})
+			defer system.Shutdown()
+			ctx := context.Background()
+			for {
+				r, err := svc.Call(ctx, &pb.ListGroupsRequest{})
+				if err == nil && len(r.(*pb.ListGroupsResponse).Groups) == groups {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			reqs := make([]*pb.HeartbeatRequest, groups*10)
+			for i := range reqs {
+				reqs[i] = &pb.HeartbeatRequest{GroupId: fmt.Sprintf("group-%d", i/10), GenerationId: 1, MemberId: fmt.Sprintf("m-%d", i%10)}
+			}
+			rng := rand.New(rand.NewPCG(1, 2))
+			c0 := cpuTime()
+			b.ResetTimer()
+			for b.Loop() {
+				svc.Call(ctx, reqs[rng.IntN(len(reqs))])
+			}
+			b.ReportMetric(float64((cpuTime()-c0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // BenchmarkJoin1000: one 1,000-member group forms from nothing (initial
 // delay 0). Every member behaves like a Kafka consumer: the v4+ two-step
 // JoinGroup, SyncGroup, heartbeats after that, and a re-join whenever the
