@@ -47,7 +47,7 @@ func stableStore(groups, members int) *raftfsm.MemoryStore {
 func strPtr(s string) *string { return &s }
 
 // BenchmarkHeartbeats: closed-loop heartbeats through the router and group
-// actors, 10,000 groups x 10 members on one node, 256 requests in flight.
+// actors, 10,000 groups x 10 members on one node, 16 x GOMAXPROCS callers.
 func BenchmarkHeartbeats(b *testing.B) {
 	const groups, members = 10_000, 10
 	system := actor.NewActorSystem(quietLogs())
@@ -71,7 +71,7 @@ func BenchmarkHeartbeats(b *testing.B) {
 		reqs[i] = &pb.HeartbeatRequest{GroupId: fmt.Sprintf("group-%d", i/members), GenerationId: 1, MemberId: fmt.Sprintf("m-%d", i%members)}
 	}
 	var failed atomic.Int64
-	b.SetParallelism(16) // x GOMAXPROCS goroutines, each one request in flight
+	b.SetParallelism(16) // x GOMAXPROCS callers, each with one request in flight
 	b.ResetTimer()
 	cpu0, t0 := cpuTime(), time.Now()
 	b.RunParallel(func(pb_ *testing.PB) {
