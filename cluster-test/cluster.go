@@ -64,11 +64,24 @@ type Node struct {
 	exited   chan struct{} // closed when Cmd exits
 	exitErr  error
 	expected bool // the harness ended or will end the process
+	ready    bool // the running process logged its listeners
 	starts   int
 }
 
-// Running reports whether the node's process is alive.
+// Running reports whether the node's process is alive and serving.
 func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ready && n.aliveLocked()
+}
+
+func (n *Node) alive() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.aliveLocked()
+}
+
+func (n *Node) aliveLocked() bool {
 	if n.exited == nil {
 		return false
 	}
@@ -238,7 +251,7 @@ func (c *Cluster) launch(n *Node, extra []string) error {
 	fmt.Fprintf(f, "=== start %d: cohortd %s\n", n.starts, strings.Join(args, " "))
 	n.addrs = map[string]string{}
 	n.addrCh = make(chan struct{}, 1)
-	n.expected = false
+	n.expected, n.ready = false, false
 	n.exitErr = nil
 	n.mu.Unlock()
 
@@ -274,7 +287,12 @@ func (c *Cluster) launch(n *Node, extra []string) error {
 		n.mu.Unlock()
 		if r != "" && k != "" && a != "" {
 			n.mu.Lock()
-			n.RemoteAddr, n.KafkaAddr, n.RaftAddr = r, k, a
+			// A restart logs the same addresses: write only what changed,
+			// since tests read these fields without the lock.
+			if n.RemoteAddr != r || n.KafkaAddr != k || n.RaftAddr != a {
+				n.RemoteAddr, n.KafkaAddr, n.RaftAddr = r, k, a
+			}
+			n.ready = true
 			n.mu.Unlock()
 			return nil
 		}
@@ -330,7 +348,7 @@ func cleanEnv() []string {
 // Kill ends node i with SIGKILL and waits for it to exit.
 func (c *Cluster) Kill(i int) {
 	n := c.Node(i)
-	if !n.Running() {
+	if !n.alive() {
 		return
 	}
 	n.mu.Lock()
@@ -346,7 +364,7 @@ func (c *Cluster) Kill(i int) {
 func (c *Cluster) Stop(i int) {
 	c.T.Helper()
 	n := c.Node(i)
-	if !n.Running() {
+	if !n.alive() {
 		return
 	}
 	n.mu.Lock()
@@ -376,7 +394,7 @@ func (c *Cluster) ExpectExit(i int) {
 func (c *Cluster) Restart(i int) {
 	c.T.Helper()
 	n := c.Node(i)
-	if n.Running() {
+	if n.alive() {
 		c.T.Fatalf("restart %s: still running", n.ID)
 	}
 	var extra []string
@@ -563,11 +581,8 @@ func (c *Cluster) cleanup() {
 	nodes := append([]*Node(nil), c.Nodes...)
 	c.mu.Unlock()
 	for _, n := range nodes {
-		if n.exited == nil {
-			continue
-		}
 		n.mu.Lock()
-		crashed := !n.expected && !n.Running()
+		crashed := n.exited != nil && !n.expected && !n.aliveLocked()
 		err := n.exitErr
 		n.mu.Unlock()
 		if crashed {
@@ -575,12 +590,13 @@ func (c *Cluster) cleanup() {
 		}
 	}
 	for _, n := range nodes {
-		if n.Running() {
+		if n.alive() {
 			n.mu.Lock()
 			n.expected = true
+			cmd, exited := n.Cmd, n.exited
 			n.mu.Unlock()
-			n.Cmd.Process.Signal(syscall.SIGKILL)
-			<-n.exited
+			cmd.Process.Signal(syscall.SIGKILL)
+			<-exited
 		}
 	}
 	if c.T.Failed() {

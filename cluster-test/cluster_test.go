@@ -185,8 +185,8 @@ func TestLeaderKillKeepsGroups(t *testing.T) {
 	w.SetCommits(true)
 	waitSuccess(t, w, OpCommit, time.Now(), "", 30*time.Second)
 
+	checkRouting(t, ctx, c, w.Groups[0].ID)
 	old := c.WaitLeader(10 * time.Second)
-	checkRouting(t, ctx, c, old, w.Groups[0].ID)
 	killed := time.Now()
 	c.Kill(old.Index)
 	leader := c.WaitLeader(20 * time.Second)
@@ -199,8 +199,8 @@ func TestLeaderKillKeepsGroups(t *testing.T) {
 	if err := w.StopCommits(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	checkRouting(t, ctx, c, w.Groups[0].ID)
 	leader = c.WaitLeader(10 * time.Second)
-	checkRouting(t, ctx, c, leader, w.Groups[0].ID)
 
 	if n := w.Joins() - joins; n != 0 {
 		for _, o := range w.History.Ops() {
@@ -230,7 +230,7 @@ func TestLeaderKillKeepsGroups(t *testing.T) {
 		}
 	}
 	waitCohortctlHash(t, c, 3, 15*time.Second)
-	checkRouting(t, ctx, c, c.WaitLeader(10*time.Second), w.Groups[0].ID)
+	checkRouting(t, ctx, c, w.Groups[0].ID)
 }
 
 func mapsEqual(a, b map[string]string) bool {
@@ -251,22 +251,42 @@ func exec_(bin string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// checkRouting checks that every running node names leader as the group's
-// coordinator and that followers answer group requests with
-// NOT_COORDINATOR.
-func checkRouting(t *testing.T, ctx context.Context, c *Cluster, leader *Node, group string) {
+// checkRouting checks that every running node names the leader as the
+// group's coordinator and that followers answer group requests with
+// NOT_COORDINATOR. Nodes learn of a new leader at slightly different times,
+// so it retries for up to 10 s and reports the last discrepancy.
+func checkRouting(t *testing.T, ctx context.Context, c *Cluster, group string) {
 	t.Helper()
 	conns := NewConns("routing-check")
 	defer conns.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		leader := c.WaitLeader(10 * time.Second)
+		problems := routingProblems(ctx, conns, c, leader, group)
+		if len(problems) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range problems {
+				t.Error(p)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func routingProblems(ctx context.Context, conns *Conns, c *Cluster, leader *Node, group string) []string {
+	var problems []string
 	for _, n := range c.Running() {
 		one := &Coordinator{Conns: conns, Seeds: func() []string { return []string{n.KafkaAddr} }, Group: group}
 		addr, err := one.Find(ctx)
 		if err != nil {
-			t.Errorf("FindCoordinator at %s: %v", n.ID, err)
+			problems = append(problems, fmt.Sprintf("FindCoordinator at %s: %v", n.ID, err))
 			continue
 		}
 		if addr != leader.KafkaAddr {
-			t.Errorf("FindCoordinator at %s answered %s, want the leader %s (%s)", n.ID, addr, leader.KafkaAddr, leader.ID)
+			problems = append(problems, fmt.Sprintf("FindCoordinator at %s answered %s, want the leader %s", n.ID, c.NameOf(addr), c.NameOf(leader.KafkaAddr)))
 		}
 		if n == leader {
 			continue
@@ -277,11 +297,12 @@ func checkRouting(t *testing.T, ctx context.Context, c *Cluster, leader *Node, g
 		res, err := conns.Request(rctx, n.KafkaAddr, req)
 		cancel()
 		if err != nil {
-			t.Errorf("Heartbeat at follower %s: %v", n.ID, err)
+			problems = append(problems, fmt.Sprintf("Heartbeat at follower %s: %v", n.ID, err))
 			continue
 		}
 		if code := res.(*kmsg.HeartbeatResponse).ErrorCode; code != errNotCoordinator {
-			t.Errorf("Heartbeat at follower %s: error code %d, want NOT_COORDINATOR (16)", n.ID, code)
+			problems = append(problems, fmt.Sprintf("Heartbeat at follower %s: error code %d, want NOT_COORDINATOR (16)", n.ID, code))
 		}
 	}
+	return problems
 }

@@ -3,9 +3,20 @@
 //
 // A Cluster starts N cohortd binaries (built once per test binary) with their
 // own data directories and ports, and can kill, stop, restart and add nodes.
+// Each process's output goes to a file; the tail of every node's log is
+// written to the test log when a test fails, and all of them are copied to
+// $COHORT_CLUSTER_LOG_DIR when it is set.
+//
 // Member emulators speak the Kafka group protocol with franz-go's kmsg
 // request types, rediscover the coordinator like a real client, and record
-// every JoinGroup, SyncGroup and OffsetCommit answer in a History whose
-// checkers assert the safety invariants of the group protocol across
-// failovers.
+// every JoinGroup, SyncGroup, Heartbeat and OffsetCommit in a History.
+// Its checkers assert the safety invariants across failovers: no generation
+// answered with two memberships or overlapping assignments (CheckGenerations),
+// generation fencing in real time (CheckFencing), and no acknowledged commit
+// lost (CheckOffsets).
+//
+//	go test ./cluster-test/                                       # the tests (also in make test)
+//	COHORT_CLUSTER_BENCH=1 go test ./cluster-test/ -run TestBench -v -timeout 30m
+//
+// BENCHMARKS.md has the benchmark settings and the measured numbers.
 package clustertest
