@@ -125,8 +125,8 @@ func (p *prober) firstOK(since time.Time, not string) (time.Time, bool) {
 // TestBenchLeaderKill kills the raft leader repeatedly and measures the time
 // from SIGKILL to the first successful group request (an offset commit)
 // answered by the new leader; the killed node restarts and rejoins before
-// the next kill. A 5-member group heartbeats throughout; its rejoins are
-// reported (the target is 0).
+// the next kill. A 5-member group heartbeats and commits throughout; its
+// rejoins are reported (the target is 0) and its history is checked.
 func TestBenchLeaderKill(t *testing.T) {
 	benchEnabled(t)
 	kills := envInt(t, "COHORT_BENCH_KILLS", 25)
@@ -144,6 +144,7 @@ func TestBenchLeaderKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	joins := w.Joins()
+	w.SetCommits(true)
 	conns := NewConns("probe")
 	defer conns.Close()
 	p := &prober{coord: &Coordinator{Conns: conns, Seeds: c.KafkaAddrs, Group: "probe"}, topic: "probe"}
@@ -191,6 +192,10 @@ func TestBenchLeaderKill(t *testing.T) {
 		percentile(lat, 0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 	t.Logf("all: %v", lat)
 	t.Logf("JoinGroup requests of the heartbeating group caused by %d failovers: %d", kills, w.Joins()-joins)
+	if err := w.StopCommits(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	checkHistory(t, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
 }
 
 // TestBenchCommitThroughput measures offset commits on 3 nodes with fsync on

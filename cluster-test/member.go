@@ -410,7 +410,11 @@ func (g *GroupLoad) nextOffset(p int32) int64 {
 type Workload struct {
 	Groups  []*GroupLoad
 	History *History
-	conns   []*Conns
+	cfg     WorkloadConfig
+	seeds   func() []string
+
+	mu    sync.Mutex
+	conns []*Conns
 }
 
 // WorkloadConfig sizes a workload.
@@ -438,7 +442,7 @@ func DefaultWorkload() WorkloadConfig {
 // StartWorkload creates one topic per group and starts the members. seeds
 // returns the Kafka addresses clients may bootstrap from.
 func StartWorkload(ctx context.Context, seeds func() []string, cfg WorkloadConfig) (*Workload, error) {
-	w := &Workload{History: &History{}}
+	w := &Workload{History: &History{}, cfg: cfg, seeds: seeds}
 	for gi := range cfg.Groups {
 		g := &GroupLoad{
 			ID:         fmt.Sprintf("group-%d", gi),
@@ -446,41 +450,63 @@ func StartWorkload(ctx context.Context, seeds func() []string, cfg WorkloadConfi
 			Partitions: cfg.Partitions,
 			next:       map[int32]int64{},
 		}
-		conns := NewConns(g.ID + "-admin")
-		w.conns = append(w.conns, conns)
-		g.Coord = &Coordinator{Conns: conns, Seeds: seeds, Group: g.ID}
+		g.Coord = &Coordinator{Conns: w.newConns(g.ID + "-admin"), Seeds: seeds, Group: g.ID}
 		if err := CreateTopic(ctx, g.Coord, g.Topic, g.Partitions); err != nil {
 			w.Stop()
 			return nil, err
 		}
-		for mi := range cfg.Members {
-			mc := cfg.Member
-			mc.Group, mc.Topic, mc.Partitions = g.ID, g.Topic, g.Partitions
-			name := fmt.Sprintf("%s-m%d", g.ID, mi)
-			mconns := NewConns(name)
-			w.conns = append(w.conns, mconns)
-			m := &Member{
-				Name:   name,
-				cfg:    mc,
-				coord:  &Coordinator{Conns: mconns, Seeds: seeds, Group: g.ID},
-				hist:   w.History,
-				next:   g.nextOffset,
-				lastOK: map[string]time.Time{},
-				gen:    -1,
-				stop:   make(chan struct{}),
-				done:   make(chan struct{}),
-			}
-			g.Members = append(g.Members, m)
+		for range cfg.Members {
+			g.Members = append(g.Members, w.newMember(g))
 		}
 		w.Groups = append(w.Groups, g)
 	}
 	for _, g := range w.Groups {
 		for _, m := range g.Members {
-			m.started.Store(true)
-			go m.run()
+			m.start()
 		}
 	}
 	return w, nil
+}
+
+func (w *Workload) newConns(clientID string) *Conns {
+	c := NewConns(clientID)
+	w.mu.Lock()
+	w.conns = append(w.conns, c)
+	w.mu.Unlock()
+	return c
+}
+
+// newMember makes the next member of g; the caller appends and starts it.
+func (w *Workload) newMember(g *GroupLoad) *Member {
+	mc := w.cfg.Member
+	mc.Group, mc.Topic, mc.Partitions = g.ID, g.Topic, g.Partitions
+	name := fmt.Sprintf("%s-m%d", g.ID, len(g.Members))
+	return &Member{
+		Name:   name,
+		cfg:    mc,
+		coord:  &Coordinator{Conns: w.newConns(name), Seeds: w.seeds, Group: g.ID},
+		hist:   w.History,
+		next:   g.nextOffset,
+		lastOK: map[string]time.Time{},
+		gen:    -1,
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+func (m *Member) start() {
+	m.started.Store(true)
+	go m.run()
+}
+
+// AddMember starts one more member in group g, which makes the group
+// rebalance. Call it from the goroutine that owns the workload.
+func (w *Workload) AddMember(g *GroupLoad) *Member {
+	m := w.newMember(g)
+	m.SetCommits(len(g.Members) > 0 && g.Members[0].commits.Load())
+	g.Members = append(g.Members, m)
+	m.start()
+	return m
 }
 
 // Members returns every member of every group.
@@ -608,7 +634,10 @@ func (w *Workload) Stop() {
 			<-m.done
 		}
 	}
-	for _, c := range w.conns {
+	w.mu.Lock()
+	conns := w.conns
+	w.mu.Unlock()
+	for _, c := range conns {
 		c.Close()
 	}
 }
