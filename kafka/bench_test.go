@@ -80,9 +80,14 @@ func serveCohort() int {
 	cfg.DataDir, cfg.RemoteAddr = dir, "127.0.0.1:0"
 	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
+	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	n, err := node.Start(cfg)
 	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	if err := n.WaitActive(30 * time.Second); err != nil {
 		fmt.Println("ERR", err)
 		return 1
 	}

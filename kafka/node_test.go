@@ -25,12 +25,16 @@ func TestWalkAgainstNode(t *testing.T) {
 	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), "127.0.0.1:0"
 	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
+	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	n, err := node.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
+	if err := n.WaitActive(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	nc, err := net.Dial("tcp", n.KafkaAddr())
 	if err != nil {
 		t.Fatal(err)

@@ -25,11 +25,15 @@ func startNode(t *testing.T) string {
 	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
+	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	n, err := node.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
+	if err := n.WaitActive(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 	return n.KafkaAddr()
 }
 

@@ -159,6 +159,7 @@ func startCohort(t *testing.T) *server {
 	cmd := exec.Command(bin,
 		"--kafka-addr", "127.0.0.1:0",
 		"--remote-addr", "127.0.0.1:0",
+		"--raft-addr", "127.0.0.1:0",
 		"--data-dir", t.TempDir(),
 		"--group-initial-rebalance-delay", "0s",
 		"--group-min-session-timeout", "1s",
@@ -211,18 +212,27 @@ func adminClient(t *testing.T, addr string) *kgo.Client {
 	return cl
 }
 
+// createTopic creates the topic, retrying while the node is still starting
+// (electing itself leader of its single-node cluster).
 func createTopic(t *testing.T, cl *kgo.Client, topic string, n int32) {
 	t.Helper()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, n, 1
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(context.Background(), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code := resp.Topics[0].ErrorCode; code != 0 {
-		t.Fatalf("create topic %s: error %d", topic, code)
+	deadline := time.Now().Add(30 * time.Second)
+	for attempt := 0; ; attempt++ {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, n, 1
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(context.Background(), cl)
+		if err == nil && (resp.Topics[0].ErrorCode == 0 || (attempt > 0 && resp.Topics[0].ErrorCode == 36)) { // 36: created by an earlier attempt
+			return
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("error %d", resp.Topics[0].ErrorCode)
+			}
+			t.Fatalf("create topic %s: %v", topic, err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
