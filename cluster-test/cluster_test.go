@@ -160,7 +160,8 @@ func waitCohortctlHash(t *testing.T, c *Cluster, want int, timeout time.Duration
 }
 
 // TestLeaderKillKeepsGroups kills the raft leader with SIGKILL while 3
-// groups of 5 members heartbeat and commit. The failover must cause no
+// groups of 5 members (one group with static membership) heartbeat and
+// commit. The failover must cause no
 // rebalance, every acknowledged commit must be fetched from the new leader,
 // no generation may be answered with two memberships, and the killed node
 // must come back and converge to the same FSM hash.
@@ -169,7 +170,9 @@ func TestLeaderKillKeepsGroups(t *testing.T) {
 	c := StartCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	w, err := StartWorkload(ctx, c.KafkaAddrs, DefaultWorkload())
+	cfg := DefaultWorkload()
+	cfg.StaticGroups = 1
+	w, err := StartWorkload(ctx, c.KafkaAddrs, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -395,6 +395,8 @@ type GroupLoad struct {
 	Members    []*Member
 	Coord      *Coordinator
 
+	static bool
+
 	mu   sync.Mutex
 	next map[int32]int64
 }
@@ -422,7 +424,10 @@ type WorkloadConfig struct {
 	Groups     int
 	Members    int
 	Partitions int32
-	Member     MemberConfig // Group, Topic and Partitions are filled in
+	// StaticGroups is how many of the groups use static membership (each
+	// member's group.instance.id is its name).
+	StaticGroups int
+	Member       MemberConfig // Group, Topic, Partitions and InstanceID are filled in
 }
 
 // DefaultWorkload is 3 groups of 5 members on 10-partition topics, heart-
@@ -448,6 +453,7 @@ func StartWorkload(ctx context.Context, seeds func() []string, cfg WorkloadConfi
 			ID:         fmt.Sprintf("group-%d", gi),
 			Topic:      fmt.Sprintf("topic-%d", gi),
 			Partitions: cfg.Partitions,
+			static:     gi < cfg.StaticGroups,
 			next:       map[int32]int64{},
 		}
 		g.Coord = &Coordinator{Conns: w.newConns(g.ID + "-admin"), Seeds: seeds, Group: g.ID}
@@ -481,6 +487,9 @@ func (w *Workload) newMember(g *GroupLoad) *Member {
 	mc := w.cfg.Member
 	mc.Group, mc.Topic, mc.Partitions = g.ID, g.Topic, g.Partitions
 	name := fmt.Sprintf("%s-m%d", g.ID, len(g.Members))
+	if g.static {
+		mc.InstanceID = name
+	}
 	return &Member{
 		Name:   name,
 		cfg:    mc,
