@@ -33,8 +33,9 @@ import (
 //	cohortctl cluster transfer-leadership [NODE_ID]
 //
 // --remote is the native API address of any node ($COHORT_REMOTE_ADDR, else
-// 127.0.0.1:8090); requests for the leader are forwarded to it. --listen is
-// the command's own endpoint, which the nodes answer to.
+// 127.0.0.1:8090). Only the leader changes the configuration: another node
+// answers with the leader's address, and the command sends the request
+// there. --listen is the command's own endpoint, which the nodes answer to.
 const clusterCommands = "status | add-voter NODE_ID RAFT_ADDR | remove-voter NODE_ID | transfer-leadership [NODE_ID]"
 
 const clusterActor = "cluster"
