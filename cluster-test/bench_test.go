@@ -195,7 +195,7 @@ func TestBenchLeaderKill(t *testing.T) {
 	if err := w.StopCommits(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	checkHistory(t, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
+	checkHistory(t, c, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
 }
 
 // TestBenchCommitThroughput measures offset commits on 3 nodes with fsync on

@@ -89,7 +89,7 @@ func fetchAll(t *testing.T, ctx context.Context, c *Cluster, w *Workload, want s
 	return out
 }
 
-func checkHistory(t *testing.T, w *Workload, fetched map[OffsetKey]int64) {
+func checkHistory(t *testing.T, c *Cluster, w *Workload, fetched map[OffsetKey]int64) {
 	t.Helper()
 	ops := w.History.Ops()
 	for _, err := range CheckGenerations(ops) {
@@ -101,10 +101,18 @@ func checkHistory(t *testing.T, w *Workload, fetched map[OffsetKey]int64) {
 	for _, err := range CheckFencing(ops) {
 		t.Error(err)
 	}
-	acked := 0
+	acked, unusual := 0, 0
 	for _, o := range ops {
 		if o.Kind == OpCommit && o.OK() {
 			acked++
+		}
+		switch o.Code {
+		case errNone, errCoordinatorLoading, errCoordinatorNotAvailable, errNotCoordinator,
+			errIllegalGeneration, errUnknownMemberID, errRebalanceInProgress, errMemberIDRequired:
+		default:
+			if unusual++; unusual <= 10 {
+				t.Logf("unusual answer from %s at %s: %s", c.NameOf(o.Node), o.Start.Format("15:04:05.000"), o)
+			}
 		}
 	}
 	if acked == 0 {
@@ -220,7 +228,7 @@ func TestLeaderKillKeepsGroups(t *testing.T) {
 	if got, want := describeGroups(t, ctx, w), viewsAsDescribed(before); !mapsEqual(got, want) {
 		t.Errorf("after the failover: described %v, want %v", got, want)
 	}
-	checkHistory(t, w, fetchAll(t, ctx, c, w, leader.KafkaAddr))
+	checkHistory(t, c, w, fetchAll(t, ctx, c, w, leader.KafkaAddr))
 
 	c.Restart(old.Index)
 	sts := c.WaitConverged(30 * time.Second)

@@ -415,8 +415,10 @@ type Workload struct {
 	cfg     WorkloadConfig
 	seeds   func() []string
 
-	mu    sync.Mutex
-	conns []*Conns
+	mu      sync.Mutex
+	conns   []*Conns
+	stopped []*Member
+	seq     int
 }
 
 // WorkloadConfig sizes a workload.
@@ -486,7 +488,10 @@ func (w *Workload) newConns(clientID string) *Conns {
 func (w *Workload) newMember(g *GroupLoad) *Member {
 	mc := w.cfg.Member
 	mc.Group, mc.Topic, mc.Partitions = g.ID, g.Topic, g.Partitions
-	name := fmt.Sprintf("%s-m%d", g.ID, len(g.Members))
+	w.mu.Lock()
+	name := fmt.Sprintf("%s-m%d", g.ID, w.seq)
+	w.seq++
+	w.mu.Unlock()
 	if g.static {
 		mc.InstanceID = name
 	}
@@ -506,6 +511,18 @@ func (w *Workload) newMember(g *GroupLoad) *Member {
 func (m *Member) start() {
 	m.started.Store(true)
 	go m.run()
+}
+
+// RemoveMember stops member m of group g abruptly (no LeaveGroup, as a
+// crashed client): the group rebalances once m's session expires. Call it
+// from the goroutine that owns the workload.
+func (w *Workload) RemoveMember(g *GroupLoad, m *Member) {
+	close(m.stop)
+	<-m.done
+	g.Members = slices.DeleteFunc(g.Members, func(o *Member) bool { return o == m })
+	w.mu.Lock()
+	w.stopped = append(w.stopped, m)
+	w.mu.Unlock()
 }
 
 // AddMember starts one more member in group g, which makes the group
@@ -550,10 +567,14 @@ func (w *Workload) StopCommits(timeout time.Duration) error {
 	return nil
 }
 
-// Joins returns the JoinGroup requests sent so far by all members.
+// Joins returns the JoinGroup requests sent so far by all members,
+// including removed ones.
 func (w *Workload) Joins() int64 {
 	var n int64
-	for _, m := range w.Members() {
+	w.mu.Lock()
+	ms := append(w.Members(), w.stopped...)
+	w.mu.Unlock()
+	for _, m := range ms {
 		n += m.Joins()
 	}
 	return n

@@ -133,6 +133,6 @@ func TestMembershipChanges(t *testing.T) {
 		}
 	}
 	checkGroupsKept(t, ctx, w, before, joins, "after removing leader "+leader.ID)
-	checkHistory(t, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
+	checkHistory(t, c, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
 	logf("removed leader %s; %s leads %v; term %d", leader.ID, newLeader.ID, rest, sts[0].Term)
 }

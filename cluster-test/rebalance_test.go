@@ -69,7 +69,7 @@ func TestLeaderKillDuringRebalance(t *testing.T) {
 	if err := w.StopCommits(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	checkHistory(t, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
+	checkHistory(t, c, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
 
 	c.Restart(old.Index)
 	if sts := c.WaitConverged(30 * time.Second); len(sts) != 3 {

@@ -46,7 +46,7 @@ func TestWholeClusterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGroupsKept(t, ctx, w, before, joins, "after the whole cluster crashed")
-	checkHistory(t, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
+	checkHistory(t, c, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
 	if sts := c.WaitConverged(30 * time.Second); len(sts) != 3 {
 		t.Errorf("%d nodes converged, want 3", len(sts))
 	}

@@ -75,7 +75,7 @@ func TestTransferAndGracefulStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGroupsKept(t, ctx, w, before, joins, "after the transfer and the graceful stop")
-	checkHistory(t, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
+	checkHistory(t, c, w, fetchAll(t, ctx, c, w, c.WaitLeader(10*time.Second).KafkaAddr))
 	if sts := c.WaitConverged(30 * time.Second); len(sts) != 2 {
 		t.Errorf("%d nodes converged, want 2", len(sts))
 	}
