@@ -141,6 +141,11 @@ func (c *Client) Call(ctx context.Context, req proto.Message) (proto.Message, er
 	return msg, nil
 }
 
+// AnswersHeartbeatsInline reports that Call answers a HeartbeatRequest
+// without waiting: the group actor runs on the caller's goroutine and a
+// heartbeat neither parks nor writes.
+func (s *Service) AnswersHeartbeatsInline() bool { return true }
+
 // Activate makes the service coordinate groups: every stored group is
 // loaded into its actor with fresh session timers. It returns once the
 // groups actor has switched.

@@ -249,19 +249,30 @@ func (c *conn) dispatch(frame []byte) error {
 		return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
 	}
 	r := &request{version: h.version, clientID: h.clientID, c: c}
-	return c.enqueue(h, func(ctx context.Context) kmsg.Response { return spec.fn(ctx, r, kreq) })
+	fn := func(ctx context.Context) kmsg.Response { return spec.fn(ctx, r, kreq) }
+	if h.key == 12 && c.l.inlineHeartbeats {
+		// The coordinator answers heartbeats without waiting: answer them on
+		// the reader goroutine and save a hand-off per request.
+		return c.enqueueWith(h, fn, func(job func()) { job() })
+	}
+	return c.enqueue(h, fn)
 }
 
 // enqueue reserves the next answer slot (blocking while maxInFlight requests
 // are outstanding) and runs fn in its own goroutine.
 func (c *conn) enqueue(h header, fn func(context.Context) kmsg.Response) error {
+	return c.enqueueWith(h, fn, c.run)
+}
+
+// enqueueWith is enqueue with the way fn is run.
+func (c *conn) enqueueWith(h header, fn func(context.Context) kmsg.Response, run func(job func())) error {
 	p := &pending{corr: h.corr, key: h.key, done: make(chan struct{})}
 	select {
 	case c.queue <- p:
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
-	c.run(func() {
+	run(func() {
 		defer close(p.done)
 		defer func() {
 			if v := recover(); v != nil {

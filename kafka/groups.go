@@ -40,10 +40,15 @@ const (
 var errBadResponse = errors.New("unexpected native response type")
 
 // call runs one native request with a deadline and checks the answer's type.
+// A zero timeout leaves the deadline to Groups (requests that never park,
+// such as heartbeats, skip the cost of a deadline per request).
 func call[Resp proto.Message](ctx context.Context, l *Listener, timeout time.Duration, req proto.Message) (Resp, error) {
 	var zero Resp
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	m, err := l.groups.Call(ctx, req)
 	if err == nil {
 		r, ok := m.(Resp)
@@ -164,7 +169,7 @@ func (l *Listener) heartbeat(ctx context.Context, r *request, req *kmsg.Heartbea
 	if r.version >= 3 {
 		n.GroupInstanceId = req.InstanceID
 	}
-	out, err := call[*grouppb.HeartbeatResponse](ctx, l, callTimeout, n)
+	out, err := call[*grouppb.HeartbeatResponse](ctx, l, 0, n)
 	if err != nil {
 		resp.ErrorCode = callErrorCode(err)
 		return resp

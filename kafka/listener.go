@@ -25,6 +25,14 @@ type Groups interface {
 	Call(ctx context.Context, req proto.Message) (proto.Message, error)
 }
 
+// InlineHeartbeats is implemented by a Groups whose Call answers a
+// HeartbeatRequest without waiting (no parking, no writes, no locks held by
+// others for long). The listener then answers heartbeats on the connection's
+// reader goroutine instead of handing each to a worker.
+type InlineHeartbeats interface {
+	AnswersHeartbeatsInline() bool
+}
+
 // Config configures a Listener.
 type Config struct {
 	// Addr is the address to bind, host:port (port 0 allowed).
@@ -107,6 +115,9 @@ type Listener struct {
 	accepted, requests, bad, unsupported, callErrors atomic.Uint64
 	open                                             atomic.Int64
 
+	// inlineHeartbeats: groups answers heartbeats without waiting.
+	inlineHeartbeats bool
+
 	// onJoin, when set (tests), observes every JoinGroup version received.
 	onJoin func(clientID string, version int16)
 	// onPanic, when set (tests), observes recovered handler panics.
@@ -161,6 +172,9 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		self:   self,
 		autoOn: cfg.AutoCreateTopics,
 		conns:  make(map[*conn]struct{}),
+	}
+	if ih, ok := groups.(InlineHeartbeats); ok {
+		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
 	}
 	l.apis, l.version = l.apiTable()
 	return l, nil
