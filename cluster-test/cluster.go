@@ -359,8 +359,8 @@ func (c *Cluster) Kill(i int) {
 }
 
 // Stop ends node i with SIGTERM (graceful: it hands leadership over first)
-// and waits up to 20 s for it to exit, killing it and failing the test after
-// that.
+// and waits up to 20 s for it to exit. After that it fails the test and ends
+// the process with SIGQUIT, so the log shows where it hung.
 func (c *Cluster) Stop(i int) {
 	c.T.Helper()
 	n := c.Node(i)
@@ -374,9 +374,16 @@ func (c *Cluster) Stop(i int) {
 	select {
 	case <-n.exited:
 	case <-time.After(20 * time.Second):
-		n.Cmd.Process.Signal(syscall.SIGKILL)
-		<-n.exited
-		c.T.Errorf("%s did not exit within 20s of SIGTERM", n.ID)
+		// SIGQUIT makes the Go runtime write every goroutine's stack to
+		// the log before it exits.
+		n.Cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-n.exited:
+		case <-time.After(5 * time.Second):
+			n.Cmd.Process.Signal(syscall.SIGKILL)
+			<-n.exited
+		}
+		c.T.Errorf("%s did not exit within 20s of SIGTERM; its goroutines are in %s", n.ID, n.LogPath)
 	}
 }
 
