@@ -17,6 +17,7 @@
 //
 //	go test ./cluster-test/                                       # the tests (also in make test)
 //	COHORT_CLUSTER_BENCH=1 go test ./cluster-test/ -run TestBench -v -timeout 30m
+//	COHORT_CLUSTER_CHAOS=3m go test ./cluster-test/ -run TestChaos -v -timeout 30m
 //
 // BENCHMARKS.md has the benchmark settings and the measured numbers.
 package clustertest
