@@ -268,15 +268,18 @@ func TestClusterFollowerCatchUpBySnapshot(t *testing.T) {
 	})
 }
 
-// sameResults requires entry index to have the same outcome on every node.
+// sameResults waits until every running node applied entry index and
+// requires the same outcome everywhere.
 func sameResults(t *testing.T, c *cluster, index uint64) *ApplyResult {
 	t.Helper()
 	var first *ApplyResult
 	for _, nd := range c.running() {
-		res, ok := nd.fsm.result(index)
-		if !ok {
-			t.Fatalf("%s did not apply entry %d", nd.id, index)
-		}
+		var res *ApplyResult
+		waitFor(t, fmt.Sprintf("%s to apply entry %d", nd.id, index), func() bool {
+			var ok bool
+			res, ok = nd.fsm.result(index)
+			return ok
+		})
 		if first == nil {
 			first = res
 			continue

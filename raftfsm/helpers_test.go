@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -124,21 +125,51 @@ func (s *memSink) Bytes() []byte               { return s.buf }
 // how many snapshots were restored into it, so tests can compare replicas.
 type recFSM struct {
 	*FSM
+	history  *history
 	mu       sync.Mutex
 	results  map[uint64]*ApplyResult
 	restores int
 }
 
-func newRecFSM() *recFSM {
-	return &recFSM{FSM: NewFSM(catalog.New(), quiet), results: map[uint64]*ApplyResult{}}
+func newRecFSM(h *history) *recFSM {
+	return &recFSM{FSM: NewFSM(catalog.New(), quiet), history: h, results: map[uint64]*ApplyResult{}}
 }
 
 func (f *recFSM) Apply(l *raft.Log) any {
 	res := f.FSM.Apply(l)
+	f.history.record(l)
 	f.mu.Lock()
 	f.results[l.Index] = res.(*ApplyResult)
 	f.mu.Unlock()
 	return res
+}
+
+// history is every entry any FSM of a cluster applied, over restarts.
+// Two FSMs applying different entries at one index is a safety violation.
+type history struct {
+	mu       sync.Mutex
+	entries  map[uint64][]byte
+	conflict string
+}
+
+func newHistory() *history { return &history{entries: map[uint64][]byte{}} }
+
+func (h *history) record(l *raft.Log) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if prev, ok := h.entries[l.Index]; ok && !bytes.Equal(prev, l.Data) && h.conflict == "" {
+		h.conflict = fmt.Sprintf("two different entries applied at index %d", l.Index)
+	}
+	h.entries[l.Index] = bytes.Clone(l.Data)
+}
+
+func (h *history) check(t testing.TB) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conflict != "" {
+		t.Fatal(h.conflict)
+	}
 }
 
 func (f *recFSM) Restore(rc io.ReadCloser) error {
@@ -178,20 +209,22 @@ type tnode struct {
 }
 
 type cluster struct {
-	t     testing.TB
-	nodes []*tnode
+	t       testing.TB
+	nodes   []*tnode
+	tune    func(*raft.Config)
+	history *history
 }
 
 // newCluster starts n voters over connected in-memory transports and
 // bootstraps them; tune adjusts each node's raft configuration.
 func newCluster(t testing.TB, n int, tune func(*raft.Config)) *cluster {
 	t.Helper()
-	c := &cluster{t: t}
+	c := &cluster{t: t, tune: tune, history: newHistory()}
 	var servers []raft.Server
 	for i := range n {
 		id := raft.ServerID(fmt.Sprintf("node%d", i+1))
 		addr, trans := raft.NewInmemTransport(raft.ServerAddress(id))
-		c.nodes = append(c.nodes, &tnode{id: id, addr: addr, trans: trans, logs: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore(), fsm: newRecFSM()})
+		c.nodes = append(c.nodes, &tnode{id: id, addr: addr, trans: trans, logs: raft.NewInmemStore(), snaps: raft.NewInmemSnapshotStore(), fsm: newRecFSM(c.history)})
 		servers = append(servers, raft.Server{ID: id, Address: addr})
 	}
 	for _, a := range c.nodes {
@@ -202,22 +235,39 @@ func newCluster(t testing.TB, n int, tune func(*raft.Config)) *cluster {
 		}
 	}
 	for _, nd := range c.nodes {
-		conf := raft.DefaultConfig()
-		conf.LocalID = nd.id
-		conf.Logger = newHclog(quiet, "raft")
-		if tune != nil {
-			tune(conf)
-		}
-		r, err := raft.NewRaft(conf, nd.fsm, nd.logs, nd.logs, nd.snaps, nd.trans)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nd.r = r
-		if err := r.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		c.start(nd)
+		if err := nd.r.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return c
+}
+
+func (c *cluster) start(nd *tnode) {
+	conf := raft.DefaultConfig()
+	conf.LocalID = nd.id
+	conf.Logger = newHclog(quiet, "raft")
+	if c.tune != nil {
+		c.tune(conf)
+	}
+	r, err := raft.NewRaft(conf, nd.fsm, nd.logs, nd.logs, nd.snaps, nd.trans)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	nd.r = r
+}
+
+// restart starts a stopped node again over its log, stable and snapshot
+// stores (what a process finds on disk), with a fresh FSM and transport.
+func (c *cluster) restart(nd *tnode) {
+	if !nd.down {
+		return
+	}
+	_, nd.trans = raft.NewInmemTransport(nd.addr)
+	nd.fsm = newRecFSM(c.history)
+	c.start(nd)
+	nd.down = false
+	c.heal(nd)
 }
 
 // shutdown stops every node that is still running and closes transports.
@@ -249,10 +299,10 @@ func (c *cluster) isolate(nd *tnode) {
 	}
 }
 
-// heal restores every link to and from nd.
+// heal restores every link between nd and the running nodes.
 func (c *cluster) heal(nd *tnode) {
 	for _, o := range c.nodes {
-		if o != nd {
+		if o != nd && !o.down {
 			nd.trans.Connect(o.addr, o.trans)
 			o.trans.Connect(nd.addr, nd.trans)
 		}
@@ -302,29 +352,35 @@ func (c *cluster) leader(among ...*tnode) *tnode {
 	return l
 }
 
-// converge waits until every node of among has applied everything the
-// leader has applied after a barrier, and returns their common hash.
+// converge waits until every node of among holds the state the leader
+// has after a barrier, and returns its hash. (raft's AppliedIndex counts
+// entries handed to the FSM, not applied by it, so the wait is on the FSM
+// state itself.)
 func (c *cluster) converge(l *tnode, among ...*tnode) string {
 	c.t.Helper()
 	if err := l.r.Barrier(waitLimit).Error(); err != nil {
 		c.t.Fatalf("barrier on %s: %v", l.id, err)
 	}
-	idx := l.r.AppliedIndex()
-	waitFor(c.t, fmt.Sprintf("every node to apply up to %d", idx), func() bool {
+	c.history.check(c.t)
+	want := l.fsm.Hash()
+	deadline := time.Now().Add(waitLimit)
+	for {
+		var lag *tnode
 		for _, nd := range among {
-			if nd.r.AppliedIndex() < idx {
-				return false
+			if nd.fsm.Hash() != want {
+				lag = nd
+				break
 			}
 		}
-		return true
-	})
-	want := l.fsm.Hash()
-	for _, nd := range among {
-		if got := nd.fsm.Hash(); got != want {
-			c.t.Fatalf("hash of %s = %s, leader %s has %s", nd.id, got, l.id, want)
+		if lag == nil {
+			return want
 		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("after %v, %s (applied index %d) has hash %s, leader %s (applied index %d) has %s",
+				waitLimit, lag.id, lag.r.AppliedIndex(), lag.fsm.Hash(), l.id, l.r.AppliedIndex(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return want
 }
 
 // apply proposes raw entry bytes on nd and returns the FSM's result.
