@@ -151,10 +151,16 @@ func TestClusterPartitionedLeader(t *testing.T) {
 			g := fmt.Sprintf("lost-%d", i)
 			ws = append(ws, write{group: g, recs: []*pb.Record{groupRecord(g, 1, "m1")}})
 		}
+		start := time.Now()
 		for i, err := range appendAll(t, s, ws) {
 			if !isStoreFailure(err) {
 				t.Fatalf("write %s on the isolated leader: %v, want ErrStoreNotLeader or ErrStoreTimeout", ws[i].group, err)
 			}
+		}
+		// The leader gives up once its lease (500 ms by default) runs out
+		// without a quorum: the target is within the lease plus 100 ms.
+		if d := time.Since(start); d > 600*time.Millisecond {
+			t.Fatalf("writes on the isolated leader took %v to fail", d)
 		}
 		for i := range 5 {
 			g := fmt.Sprintf("later-%d", i)
