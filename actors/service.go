@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -39,6 +40,7 @@ type Service struct {
 	// replies recycles the reply channels of local calls.
 	replies  sync.Pool
 	stopOnce sync.Once
+	active   atomic.Bool
 }
 
 // Call sends a native group request and waits for its answer until ctx's
@@ -111,7 +113,9 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s actor: %w", RouterName, err)
 	}
-	return &Service{Client: NewClient(system, pid), env: e}, nil
+	svc := &Service{Client: NewClient(system, pid), env: e}
+	svc.active.Store(!opts.Fenced)
+	return svc, nil
 }
 
 // Router returns the PID of the groups actor.
@@ -151,12 +155,20 @@ func (s *Service) AnswersHeartbeatsInline() bool { return true }
 // groups actor has switched.
 func (s *Service) Activate(timeout time.Duration) error {
 	_, err := s.system.Root.RequestFuture(s.router, &activate{}, timeout).Result()
+	if err == nil {
+		s.active.Store(true)
+	}
 	return err
 }
+
+// Coordinating reports whether the service coordinates groups (it was
+// activated and not deactivated since).
+func (s *Service) Coordinating() bool { return s.active.Load() }
 
 // Deactivate stops coordinating: group actors stop (parked requests are
 // answered NOT_COORDINATOR) and every request is answered NOT_COORDINATOR.
 func (s *Service) Deactivate(timeout time.Duration) error {
+	s.active.Store(false)
 	_, err := s.system.Root.RequestFuture(s.router, &deactivate{}, timeout).Result()
 	return err
 }

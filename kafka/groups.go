@@ -238,12 +238,15 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 		n.GroupInstanceId = req.InstanceID
 	}
 	// KafkaApis answers unknown topics and partitions itself; only known
-	// ones reach the coordinator.
+	// ones reach the coordinator. A node that does not coordinate now lets
+	// the coordinator answer (NOT_COORDINATOR): its catalog may still be
+	// catching up, and clients must look the coordinator up again.
+	check := l.coordinating()
 	codes := make(map[tp]int16)
 	for _, t := range req.Topics {
 		var nt *grouppb.OffsetCommitTopic
 		for _, p := range t.Partitions {
-			if !l.topics.HasPartition(t.Topic, p.Partition) {
+			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
 				codes[tp{t.Topic, p.Partition}] = errUnknownTopicOrPartition
 				continue
 			}
@@ -386,11 +389,12 @@ func (l *Listener) offsetFetch(ctx context.Context, r *request, req *kmsg.Offset
 func (l *Listener) offsetDelete(ctx context.Context, _ *request, req *kmsg.OffsetDeleteRequest) kmsg.Response {
 	resp := kmsg.NewPtrOffsetDeleteResponse()
 	n := &grouppb.OffsetDeleteRequest{GroupId: req.Group}
+	check := l.coordinating()
 	codes := make(map[tp]int16)
 	for _, t := range req.Topics {
 		var nt *grouppb.TopicPartitions
 		for _, p := range t.Partitions {
-			if !l.topics.HasPartition(t.Topic, p.Partition) {
+			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
 				codes[tp{t.Topic, p.Partition}] = errUnknownTopicOrPartition
 				continue
 			}

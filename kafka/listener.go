@@ -33,6 +33,22 @@ type InlineHeartbeats interface {
 	AnswersHeartbeatsInline() bool
 }
 
+// Coordinating is implemented by a Groups that may not coordinate groups at
+// times (a Raft follower). While it does not, the listener skips its own
+// topic checks so that the answer is NOT_COORDINATOR, not a catalog error
+// from a node whose catalog may lag.
+type Coordinating interface {
+	Coordinating() bool
+}
+
+// coordinating reports whether the listener's Groups coordinates groups now.
+func (l *Listener) coordinating() bool {
+	if c, ok := l.groups.(Coordinating); ok {
+		return c.Coordinating()
+	}
+	return true
+}
+
 // Config configures a Listener.
 type Config struct {
 	// Addr is the address to bind, host:port (port 0 allowed).

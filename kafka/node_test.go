@@ -22,7 +22,7 @@ import (
 // version and carries no UNSUPPORTED_VERSION or UNKNOWN_SERVER_ERROR.
 func TestWalkAgainstNode(t *testing.T) {
 	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), "127.0.0.1:0"
+	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), "" // no native API: one protoactor remote per process at most
 	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
 	cfg.Raft.RaftAddr = "127.0.0.1:0"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -121,6 +122,9 @@ func (n *Node) removeVoter(id string) error {
 			return fmt.Errorf("transfer leadership before removing the leader: %w", err)
 		}
 		return errors.New("leadership transferred; send the removal again to the new leader")
+	}
+	if !slices.Contains(n.voters(), id) {
+		return fmt.Errorf("node %q is not a voter of the cluster", id)
 	}
 	if err := n.raft.Raft.RemoveServer(raft.ServerID(id), 0, adminTimeout).Error(); err != nil {
 		return err

@@ -39,7 +39,9 @@ type Config struct {
 	// locked while the node runs.
 	DataDir string
 	// RemoteAddr is where the native group API is served (protoactor remote
-	// over gRPC). Port 0 picks a free port.
+	// over gRPC). Port 0 picks a free port. Empty disables it: no native
+	// clients, no cluster administration, no joining (an embedded or test
+	// node; protoactor's remote can run only once per process).
 	RemoteAddr string
 	// Kafka configures the Kafka protocol listener.
 	Kafka kafka.Config
@@ -73,8 +75,12 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir must not be empty"))
 	}
-	if err := validateAddr(c.RemoteAddr); err != nil {
-		errs = append(errs, fmt.Errorf("remote addr: %w", err))
+	if c.RemoteAddr != "" {
+		if err := validateAddr(c.RemoteAddr); err != nil {
+			errs = append(errs, fmt.Errorf("remote addr: %w", err))
+		}
+	} else if c.Join != "" {
+		errs = append(errs, errors.New("join needs the native API (remote addr)"))
 	}
 	if err := validateAddr(c.Kafka.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("kafka addr: %w", err))
@@ -185,8 +191,10 @@ func Start(cfg Config) (_ *Node, err error) {
 	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return log.With("component", "actor")
 	}))
-	if err = n.startRemote(); err != nil {
-		return nil, err
+	if cfg.RemoteAddr != "" {
+		if err = n.startRemote(); err != nil {
+			return nil, err
+		}
 	}
 	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true})
 	if err != nil {
@@ -195,7 +203,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	if _, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &adminActor{n: n} }), AdminName); err != nil {
 		return nil, fmt.Errorf("spawn %s actor: %w", AdminName, err)
 	}
-	log.Info("listening", "listener", "remote", "addr", n.remoteAddr, "actors", actors.RouterName+","+AdminName)
+	if n.remote != nil {
+		log.Info("listening", "listener", "remote", "addr", n.remoteAddr, "actors", actors.RouterName+","+AdminName)
+	}
 	kcfg := cfg.Kafka
 	kcfg.NodeID = n.kafkaID
 	kcfg.Coordinator = n.coordinatorBroker
@@ -208,9 +218,12 @@ func Start(cfg Config) (_ *Node, err error) {
 	kctx, n.stopKafka = context.WithCancel(context.Background())
 	n.kafkaDone = make(chan error, 1)
 	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
-	n.bg.Add(2)
+	n.bg.Add(1)
 	go n.watchLeadership()
-	go n.register()
+	if n.remote != nil {
+		n.bg.Add(1)
+		go n.register()
+	}
 	return n, nil
 }
 
@@ -324,7 +337,7 @@ func (n *Node) askJoin(addr string) error {
 	reg := n.self()
 	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr}
 	for hop := 0; hop < 3; hop++ {
-		res, err := n.system.Root.RequestFuture(actor.NewPID(addr, AdminName), join, 10*time.Second).Result()
+		res, err := n.await(n.system.Root.RequestFuture(actor.NewPID(addr, AdminName), join, 10*time.Second))
 		if err != nil {
 			return err
 		}
@@ -341,6 +354,27 @@ func (n *Node) askJoin(addr string) error {
 		addr = r.GetLeaderRemoteAddr()
 	}
 	return errors.New("no leader found")
+}
+
+var errStopping = errors.New("node is stopping")
+
+// await waits for a future unless the node stops first.
+func (n *Node) await(f *actor.Future) (any, error) {
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := f.Result()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-n.stop:
+		return nil, errStopping
+	}
 }
 
 // coordinatorBroker answers FindCoordinator: the leader's Kafka address.
@@ -473,16 +507,18 @@ func (n *Node) Close() error {
 			n.stopKafka()
 			<-n.kafkaDone
 		}
+		if n.raft != nil {
+			// Unblocks a leadership change in progress (barrier, LeaderCh);
+			// writes still queued fail with "not the leader".
+			err = n.raft.Close()
+		}
+		n.bg.Wait()
 		if n.service != nil {
 			n.service.Stop()
 		}
 		if n.remote != nil {
 			n.remote.Shutdown(true)
 		}
-		if n.raft != nil {
-			err = n.raft.Close()
-		}
-		n.bg.Wait()
 		if n.system != nil {
 			n.system.Shutdown()
 		}

@@ -22,11 +22,17 @@ import (
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func startNode(t *testing.T) *Node {
+// startNode starts a single-node cluster; withRemote also serves the native
+// API (at most one test per process may: protoactor's remote sets gRPC's
+// global logger, which races with another remote's goroutines).
+func startNode(t *testing.T, withRemote bool) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
-	cfg.RemoteAddr = "127.0.0.1:0"
+	cfg.RemoteAddr = ""
+	if withRemote {
+		cfg.RemoteAddr = "127.0.0.1:0"
+	}
 	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	cfg.Raft.HeartbeatTimeout = 100 * time.Millisecond
@@ -84,8 +90,21 @@ func do[T proto.Message](t *testing.T, c *actors.Client, req proto.Message) T {
 // test binary re-run as a client, since protoactor's remote sets gRPC's global
 // logger and so cannot run twice in one process): a group forms, heartbeats,
 // commits and fetches offsets over TCP.
+//
+// Garbage on the remote port first: it closes that connection only, and the
+// node keeps serving.
 func TestNativeRemoteAPI(t *testing.T) {
-	n := startNode(t)
+	n := startNode(t, true)
+	for _, junk := range []string{"hello\r\n\r\n", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x08\x00\x00\x00\x00\x00\xff\xff\xff\xff", strings.Repeat("\xff", 4096)} {
+		conn, err := net.Dial("tcp", n.RemoteAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write([]byte(junk))
+		conn.SetReadDeadline(time.Now().Add(time.Second))
+		io.Copy(io.Discard, conn)
+		conn.Close()
+	}
 	if !strings.HasPrefix(n.RemoteAddr(), "127.0.0.1:") || strings.HasSuffix(n.RemoteAddr(), ":0") {
 		t.Fatalf("remote addr %q", n.RemoteAddr())
 	}
@@ -147,31 +166,9 @@ func TestRemoteClientProcess(t *testing.T) {
 	t.Log("remote client: ok")
 }
 
-// Garbage on the remote port closes that connection only; the node keeps
-// serving.
-func TestRemoteSurvivesGarbage(t *testing.T) {
-	n := startNode(t)
-	for _, junk := range []string{"hello\r\n\r\n", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x04\x08\x00\x00\x00\x00\x00\xff\xff\xff\xff", strings.Repeat("\xff", 4096)} {
-		conn, err := net.Dial("tcp", n.RemoteAddr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conn.Write([]byte(junk))
-		conn.SetReadDeadline(time.Now().Add(time.Second))
-		io.Copy(io.Discard, conn)
-		conn.Close()
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestRemoteClientProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), "COHORT_TEST_REMOTE_ADDR="+n.RemoteAddr())
-	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "remote client: ok") {
-		t.Fatalf("remote client after garbage: %v\n%s", err, out)
-	}
-}
-
 func TestDataDirIsLocked(t *testing.T) {
-	n := startNode(t)
+	n := startNode(t, false)
 	cfg := n.cfg
-	cfg.RemoteAddr = "127.0.0.1:0"
 	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	if _, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "in use") {
@@ -187,7 +184,7 @@ func TestRestartKeepsGroupsAndOffsets(t *testing.T) {
 	start := func() *Node {
 		cfg := DefaultConfig()
 		cfg.DataDir = dir
-		cfg.RemoteAddr, cfg.Kafka.Addr, cfg.Raft.RaftAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+		cfg.RemoteAddr, cfg.Kafka.Addr, cfg.Raft.RaftAddr = "", "127.0.0.1:0", "127.0.0.1:0"
 		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 50*time.Millisecond
 		cfg.Group.InitialRebalanceDelay = 0
 		cfg.Logger = quiet()

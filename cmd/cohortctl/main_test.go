@@ -21,7 +21,7 @@ import (
 func startNode(t *testing.T) string {
 	t.Helper()
 	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), "127.0.0.1:0"
+	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), "" // no native API: one protoactor remote per process at most
 	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
