@@ -8,10 +8,12 @@ all: build
 build:
 	$(GO) build ./...
 
-# The whole suite: installs what the tests need, checks generated code, vets, and runs
-# every test with the race detector.
+# The whole suite: installs what the tests need, checks generated code, vets, runs
+# every test with the race detector, and runs each quick benchmark once (so they
+# keep working; the numbers come from `make bench`).
 test: deps proto-check vet
 	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -short -run '^$$' -bench . -benchtime 1x -timeout 10m ./coordinator/ ./actors/ ./raftfsm/ ./assignor/
 
 test-short:
 	$(GO) test -short -count=1 ./...
@@ -34,4 +36,4 @@ proto-check: proto
 	@git diff --exit-code -- proto || (echo "generated protobuf code is stale: run 'make proto' and commit" >&2; exit 1)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./coordinator/ ./actors/
+	$(GO) test -run '^$$' -bench . -benchmem ./coordinator/ ./actors/ ./raftfsm/

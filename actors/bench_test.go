@@ -150,7 +150,7 @@ func BenchmarkJoin1000(b *testing.B) {
 	cfg := coordinator.DefaultConfig()
 	cfg.InitialRebalanceDelay = 0
 	system := actor.NewActorSystem(quietLogs())
-	svc, err := Start(system, Options{Config: cfg, Logger: quietLogger()})
+	svc, err := Start(system, Options{Config: cfg, Store: raftfsm.NewMemoryStore(), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
