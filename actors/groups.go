@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -28,7 +27,7 @@ type env struct {
 	log    *slog.Logger
 	// directory maps group ids to their actors for local calls, which go
 	// straight to the group actor; the router keeps it current.
-	directory sync.Map
+	directory *directory
 }
 
 // call is a local request: the answer goes to reply (capacity 1).

@@ -50,7 +50,7 @@ func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, e
 	target := s.router
 	if gr, ok := req.(groupRequest); ok {
 		if pid, ok := s.env.directory.Load(gr.GetGroupId()); ok {
-			target = pid.(*actor.PID)
+			target = pid
 		}
 	}
 	reply, _ := s.replies.Get().(chan proto.Message)
@@ -99,7 +99,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger}
+	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory()}
 	if e.store == nil {
 		return nil, errors.New("actors: a store is required")
 	}

@@ -1,0 +1,55 @@
+package actors
+
+import (
+	"hash/maphash"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// directory maps group ids to their actors, for local calls that go
+// straight to the group actor. The router writes it; every call reads it.
+// Sharded maps keep a lookup to one short hash and one map probe.
+type directory struct {
+	seed   maphash.Seed
+	shards [64]dirShard
+}
+
+type dirShard struct {
+	mu sync.RWMutex
+	m  map[string]*actor.PID
+}
+
+func newDirectory() *directory {
+	d := &directory{seed: maphash.MakeSeed()}
+	for i := range d.shards {
+		d.shards[i].m = map[string]*actor.PID{}
+	}
+	return d
+}
+
+func (d *directory) shard(id string) *dirShard {
+	return &d.shards[maphash.String(d.seed, id)%uint64(len(d.shards))]
+}
+
+func (d *directory) Load(id string) (*actor.PID, bool) {
+	s := d.shard(id)
+	s.mu.RLock()
+	pid, ok := s.m[id]
+	s.mu.RUnlock()
+	return pid, ok
+}
+
+func (d *directory) Store(id string, pid *actor.PID) {
+	s := d.shard(id)
+	s.mu.Lock()
+	s.m[id] = pid
+	s.mu.Unlock()
+}
+
+func (d *directory) Delete(id string) {
+	s := d.shard(id)
+	s.mu.Lock()
+	delete(s.m, id)
+	s.mu.Unlock()
+}
