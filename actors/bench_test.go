@@ -46,30 +46,33 @@ func stableStore(groups, members int) *raftfsm.MemoryStore {
 
 func strPtr(s string) *string { return &s }
 
-// BenchmarkHeartbeats: closed-loop heartbeats through the router and group
-// actors, 10,000 groups x 10 members on one node, 16 x GOMAXPROCS callers.
-func BenchmarkHeartbeats(b *testing.B) {
-	const groups, members = 10_000, 10
+// startStable starts a service over stableStore(groups, members) and returns
+// it with one heartbeat request per member. ListGroups waits for the stored
+// groups to load, so the service is warm when it returns.
+func startStable(b *testing.B, groups, members int) (*Service, []*pb.HeartbeatRequest) {
+	b.Helper()
 	system := actor.NewActorSystem(quietLogs())
 	svc, err := Start(system, Options{Config: coordinator.DefaultConfig(), Store: stableStore(groups, members), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer system.Shutdown()
-	defer svc.Stop()
-	// Wait for every group to load.
-	ctx := context.Background()
-	for {
-		r, err := svc.Call(ctx, &pb.ListGroupsRequest{})
-		if err == nil && len(r.(*pb.ListGroupsResponse).Groups) == groups {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	b.Cleanup(func() { svc.Stop(); system.Shutdown() })
+	r, err := svc.Call(context.Background(), &pb.ListGroupsRequest{})
+	if err != nil || len(r.(*pb.ListGroupsResponse).Groups) != groups {
+		b.Fatalf("groups loaded: %v %v", r, err)
 	}
 	reqs := make([]*pb.HeartbeatRequest, groups*members)
 	for i := range reqs {
 		reqs[i] = &pb.HeartbeatRequest{GroupId: fmt.Sprintf("group-%d", i/members), GenerationId: 1, MemberId: fmt.Sprintf("m-%d", i%members)}
 	}
+	return svc, reqs
+}
+
+// BenchmarkHeartbeats: closed-loop heartbeats through the router and group
+// actors, 10,000 groups x 10 members on one node, 16 x GOMAXPROCS callers.
+func BenchmarkHeartbeats(b *testing.B) {
+	svc, reqs := startStable(b, 10_000, 10)
+	ctx := context.Background()
 	var failed atomic.Int64
 	b.SetParallelism(16) // x GOMAXPROCS callers, each with one request in flight
 	b.ResetTimer()
@@ -95,11 +98,9 @@ func BenchmarkHeartbeats(b *testing.B) {
 // BenchmarkHeartbeatOneGroupSeq: one caller, one group: the per-request cost
 // of the local path without contention or a large heap.
 func BenchmarkHeartbeatOneGroupSeq(b *testing.B) {
-	system := actor.NewActorSystem(quietLogs())
-	svc, _ := Start(system, Options{Config: coordinator.DefaultConfig(), Store: stableStore(1, 10), Logger: quietLogger()})
-	defer system.Shutdown()
+	svc, reqs := startStable(b, 1, 10)
 	ctx := context.Background()
-	req := &pb.HeartbeatRequest{GroupId: "group-0", GenerationId: 1, MemberId: "m-1"}
+	req := reqs[1]
 	svc.Call(ctx, req)
 	b.ReportAllocs()
 	c0 := cpuTime()
@@ -114,21 +115,8 @@ func BenchmarkHeartbeatOneGroupSeq(b *testing.B) {
 func BenchmarkHeartbeatScaling(b *testing.B) {
 	for _, groups := range []int{1, 100, 1000, 10000} {
 		b.Run(fmt.Sprint(groups), func(b *testing.B) {
-			system := actor.NewActorSystem(quietLogs())
-			svc, _ := Start(system, Options{Config: coordinator.DefaultConfig(), Store: stableStore(groups, 10), Logger: quietLogger()})
-			defer system.Shutdown()
+			svc, reqs := startStable(b, groups, 10)
 			ctx := context.Background()
-			for {
-				r, err := svc.Call(ctx, &pb.ListGroupsRequest{})
-				if err == nil && len(r.(*pb.ListGroupsResponse).Groups) == groups {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			reqs := make([]*pb.HeartbeatRequest, groups*10)
-			for i := range reqs {
-				reqs[i] = &pb.HeartbeatRequest{GroupId: fmt.Sprintf("group-%d", i/10), GenerationId: 1, MemberId: fmt.Sprintf("m-%d", i%10)}
-			}
 			rng := rand.New(rand.NewPCG(1, 2))
 			c0 := cpuTime()
 			b.ResetTimer()

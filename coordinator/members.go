@@ -72,7 +72,7 @@ func (g *Group) Leave(now time.Time, req *pb.LeaveGroupRequest, to ReplyTo, fx *
 		})
 	}
 	if len(g.members) < before {
-		op := &replyWrite{reply: to, msg: resp, onError: func(code int32) { resp.ErrorCode = membershipWriteError(code) }}
+		op := &replyWrite{reply: to, msg: resp, onError: func(code int32) { resp.ErrorCode = retriableWriteError(code) }}
 		op.groupWrite = true
 		if g.persistMembership(now, fx, op) {
 			return
@@ -81,9 +81,10 @@ func (g *Group) Leave(now time.Time, req *pb.LeaveGroupRequest, to ReplyTo, fx *
 	fx.reply(to, resp)
 }
 
-// membershipWriteError turns a failed membership write into a retriable
-// coordinator error for LeaveGroup.
-func membershipWriteError(code int32) int32 {
+// retriableWriteError turns a failed group write into a retriable
+// coordinator error for APIs whose clients do not re-join on
+// REBALANCE_IN_PROGRESS (LeaveGroup, DeleteGroups).
+func retriableWriteError(code int32) int32 {
 	if code == ErrRebalanceInProgress || code == ErrUnknownServerError || code == ErrRequestTimedOut {
 		return ErrCoordinatorNotAvailable
 	}
@@ -241,10 +242,7 @@ func (w *deleteWrite) abandon(fx *Effects) {
 func (w *deleteWrite) done(g *Group, now time.Time, err error, fx *Effects) {
 	code := ErrNone
 	if err != nil {
-		code = groupWriteError(err)
-		if code == ErrRebalanceInProgress || code == ErrUnknownServerError {
-			code = ErrCoordinatorNotAvailable
-		}
+		code = retriableWriteError(groupWriteError(err))
 	}
 	fx.reply(w.reply, &pb.DeleteGroupResponse{GroupId: g.id, ErrorCode: code})
 }
