@@ -12,6 +12,24 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// stableWorkload starts cfg's members against c and waits until every group
+// is stable. The workload stops, and ctx ends, when the test does.
+func stableWorkload(t *testing.T, c *Cluster, cfg WorkloadConfig) (context.Context, *Workload, map[string]GroupView) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	w, err := StartWorkload(ctx, c.KafkaAddrs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	before, err := w.WaitStable(60*time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, w, before
+}
+
 func skipShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts cohortd processes")
@@ -176,19 +194,9 @@ func waitCohortctlHash(t *testing.T, c *Cluster, want int, timeout time.Duration
 func TestLeaderKillKeepsGroups(t *testing.T) {
 	skipShort(t)
 	c := StartCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	cfg := DefaultWorkload()
 	cfg.StaticGroups = 1
-	w, err := StartWorkload(ctx, c.KafkaAddrs, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	before, err := w.WaitStable(60*time.Second, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, w, before := stableWorkload(t, c, cfg)
 	if got, want := describeGroups(t, ctx, w), viewsAsDescribed(before); !mapsEqual(got, want) {
 		t.Fatalf("before the kill: described %v, members see %v", got, want)
 	}

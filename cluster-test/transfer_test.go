@@ -1,7 +1,6 @@
 package clustertest
 
 import (
-	"context"
 	"os"
 	"strings"
 	"testing"
@@ -15,19 +14,9 @@ import (
 func TestTransferAndGracefulStop(t *testing.T) {
 	skipShort(t)
 	c := StartCluster(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	cfg := DefaultWorkload()
 	cfg.Groups, cfg.Members = 2, 3
-	w, err := StartWorkload(ctx, c.KafkaAddrs, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	before, err := w.WaitStable(60*time.Second, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, w, before := stableWorkload(t, c, cfg)
 	joins := w.Joins()
 	w.SetCommits(true)
 	waitSuccess(t, w, OpCommit, time.Now(), "", 30*time.Second)
