@@ -4,7 +4,10 @@ import "encoding/binary"
 
 // subscriptionTopics reads the topic list of a ConsumerProtocol subscription
 // (int16 version, then an int32-counted array of int16-length strings). Every
-// version starts with it; the broker reads nothing else.
+// version starts with it; the broker reads nothing else. assignor's decoder
+// is not used here on purpose: it validates the whole subscription, and a
+// subscription whose later fields are malformed must still count its topics,
+// as Kafka's broker does.
 func subscriptionTopics(b []byte) ([]string, bool) {
 	if len(b) < 6 {
 		return nil, false
