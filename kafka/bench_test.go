@@ -31,7 +31,8 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkGroups -benchtime 200000x ./kafka/
 //
-// COHORT_BENCH_CPUPROFILE=file writes a CPU profile of the cohort server.
+// COHORT_BENCH_CPUPROFILE=prefix writes a CPU profile of the cohort server
+// for each measured phase, to prefix.heartbeat and prefix.offsetcommit.
 //
 // Before measuring, 10,000 groups of 10 members each join and sync (100,000
 // members; COHORT_BENCH_GROUPS=n changes the group count for quick runs).
@@ -91,16 +92,36 @@ func serveCohort() int {
 		fmt.Println("ERR", err)
 		return 1
 	}
-	if path := os.Getenv("COHORT_BENCH_CPUPROFILE"); path != "" {
-		if f, err := os.Create(path); err == nil {
-			pprof.StartCPUProfile(f)
-			defer func() { pprof.StopCPUProfile(); f.Close() }()
-		}
-	}
 	fmt.Println("ADDR", n.KafkaAddr())
-	io.Copy(io.Discard, os.Stdin)
+	serveCommands()
 	n.Close()
 	return 0
+}
+
+// serveCommands reads the benchmark's commands from stdin until it closes:
+// "profile <path>" starts a CPU profile, "stop" ends it.
+func serveCommands() {
+	var prof *os.File
+	stop := func() {
+		if prof != nil {
+			pprof.StopCPUProfile()
+			prof.Close()
+			prof = nil
+		}
+	}
+	defer stop()
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		switch cmd, arg, _ := strings.Cut(sc.Text(), " "); cmd {
+		case "profile":
+			stop()
+			if f, err := os.Create(arg); err == nil && pprof.StartCPUProfile(f) == nil {
+				prof = f
+			}
+		case "stop":
+			stop()
+		}
+	}
 }
 
 func serveKfake() int {
@@ -110,7 +131,7 @@ func serveKfake() int {
 		return 1
 	}
 	fmt.Println("ADDR", c.ListenAddrs()[0])
-	io.Copy(io.Discard, os.Stdin)
+	serveCommands()
 	c.Close()
 	return 0
 }
@@ -166,6 +187,25 @@ func (s *benchServer) cpu() time.Duration {
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+}
+
+// syscalls returns the server's read and write system call counts.
+func (s *benchServer) syscalls() (reads, writes int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", s.cmd.Process.Pid))
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		n, _ := strconv.ParseInt(v, 10, 64)
+		switch k {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
 }
 
 // pconn is a pipelined Kafka connection: any number of goroutines may call
@@ -453,11 +493,15 @@ func createBenchTopic(b *testing.B, addr string) {
 }
 
 // load sends b.N requests built by mk for members round-robin, closed loop,
-// and reports throughput and the server's CPU per request.
-func load(b *testing.B, s *benchServer, ms []member, mk func(m member) kmsg.Request, ok func(kmsg.Response) bool) {
-	conns := make([]*pconn, benchConns)
+// and reports throughput and the server's CPU and system calls per request.
+// Each connection keeps benchDepth requests in flight: its writer sends, in
+// one write, a new request for every answer its reader has taken since the
+// last write, as a pipelining client with a fixed window does. Both servers
+// get exactly the same load.
+func load(b *testing.B, s *benchServer, phase string, ms []member, mk func(m member) kmsg.Request, ok func(kmsg.Response) bool) {
+	conns := make([]net.Conn, benchConns)
 	for i := range conns {
-		c, err := dialP(s.addr)
+		c, err := net.Dial("tcp", s.addr)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -465,40 +509,42 @@ func load(b *testing.B, s *benchServer, ms []member, mk func(m member) kmsg.Requ
 	}
 	defer func() {
 		for _, c := range conns {
-			c.close()
+			c.Close()
 		}
 	}()
+	if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && s.name == "cohort" {
+		fmt.Fprintf(s.stdin, "profile %s.%s\n", prefix, phase)
+		defer fmt.Fprintln(s.stdin, "stop")
+	}
 	var next, bad atomic.Int64
-	var firstErr atomic.Value
-	b.ResetTimer()
-	cpu0, t0 := s.cpu(), time.Now()
-	var wg sync.WaitGroup
-	for _, c := range conns {
-		for range benchDepth {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					n := next.Add(1) - 1
-					if n >= int64(b.N) {
-						return
-					}
-					r, err := c.do(mk(ms[int(n)%len(ms)]))
-					if err != nil {
-						firstErr.CompareAndSwap(nil, err)
-						return
-					}
-					if !ok(r) {
-						bad.Add(1)
-					}
-				}
-			}()
+	take := func() (kmsg.Request, bool) {
+		n := next.Add(1) - 1
+		if n >= int64(b.N) {
+			return nil, false
 		}
+		return mk(ms[int(n)%len(ms)]), true
+	}
+	b.ResetTimer()
+	r0, w0 := s.syscalls()
+	cpu0, t0 := s.cpu(), time.Now()
+	errs := make([]error, len(conns))
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = window(c, benchDepth, take, func(r kmsg.Response) {
+				if !ok(r) {
+					bad.Add(1)
+				}
+			})
+		}()
 	}
 	wg.Wait()
 	elapsed, cpu := time.Since(t0), s.cpu()-cpu0
+	r1, w1 := s.syscalls()
 	b.StopTimer()
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
 	}
 	if bad.Load() > 0 {
@@ -506,6 +552,104 @@ func load(b *testing.B, s *benchServer, ms []member, mk func(m member) kmsg.Requ
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-cpu-µs/req")
+	b.ReportMetric(float64(r1-r0)/float64(b.N), "server-reads/req")
+	b.ReportMetric(float64(w1-w0)/float64(b.N), "server-writes/req")
+}
+
+// window runs a closed loop of requests from take over nc with depth in
+// flight, handing every decoded answer to check, until take has no more and
+// every request sent was answered.
+func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func(kmsg.Response)) error {
+	credits := make(chan struct{}, depth)
+	sent := make(chan kmsg.Request, depth)
+	for range depth {
+		credits <- struct{}{}
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		br := bufio.NewReaderSize(nc, 64<<10)
+		var frame []byte
+		for req := range sent {
+			var size [4]byte
+			if _, err := io.ReadFull(br, size[:]); err != nil {
+				readErr <- err
+				return
+			}
+			n := int(binary.BigEndian.Uint32(size[:]))
+			if cap(frame) < n {
+				frame = make([]byte, n)
+			}
+			frame = frame[:n]
+			if _, err := io.ReadFull(br, frame); err != nil || n < 4 {
+				readErr <- fmt.Errorf("short answer: %v", err)
+				return
+			}
+			body := frame[4:]
+			resp := req.ResponseKind()
+			resp.SetVersion(req.GetVersion())
+			if resp.IsFlexible() && len(body) > 0 {
+				body = body[1:]
+			}
+			if err := resp.ReadFrom(body); err != nil {
+				readErr <- err
+				return
+			}
+			check(resp)
+			credits <- struct{}{}
+		}
+		readErr <- nil
+	}()
+	fm := kmsg.NewRequestFormatter(kmsg.FormatterClientID("bench"))
+	var buf []byte
+	var corr int32
+	err := func() error {
+		defer close(sent)
+		for more := true; more; {
+			select {
+			case <-credits:
+			case err := <-readErr:
+				return fmt.Errorf("reader stopped: %v", err)
+			}
+			buf = buf[:0]
+			for {
+				req, ok := take()
+				if !ok {
+					more = false
+					break
+				}
+				corr++
+				// AppendRequest writes the frame length at the start of
+				// the slice it is given, so give it the free tail only.
+				buf = append(buf, fm.AppendRequest(buf[len(buf):], req, corr)...)
+				sent <- req
+				if !select1(credits) {
+					break
+				}
+			}
+			if len(buf) > 0 {
+				if _, err := nc.Write(buf); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		nc.Close()
+		<-readErr
+		return err
+	}
+	return <-readErr
+}
+
+// select1 takes a value from ch if one is ready.
+func select1(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 func heartbeat(m member) kmsg.Request {
@@ -548,8 +692,8 @@ func BenchmarkGroups(b *testing.B) {
 		s := startBenchServer(b, name)
 		createBenchTopic(b, s.addr)
 		ms := joinAll(b, s.addr)
-		b.Run(name+"/heartbeat", func(b *testing.B) { load(b, s, ms, heartbeat, heartbeatOK) })
-		b.Run(name+"/offsetcommit", func(b *testing.B) { load(b, s, ms, offsetCommit, offsetCommitOK) })
+		b.Run(name+"/heartbeat", func(b *testing.B) { load(b, s, "heartbeat", ms, heartbeat, heartbeatOK) })
+		b.Run(name+"/offsetcommit", func(b *testing.B) { load(b, s, "offsetcommit", ms, offsetCommit, offsetCommitOK) })
 		s.stop()
 	}
 }

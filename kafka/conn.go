@@ -43,6 +43,12 @@ var errBadInput = errors.New("bad input")
 // earlier ones wait (a parked JoinGroup); a writer goroutine writes the
 // answers in request order. At most maxInFlight requests are in progress or
 // waiting to be written.
+//
+// Heartbeats, which the coordinator answers without waiting, are answered on
+// the reader goroutine. When no earlier answer is still queued, the reader
+// writes the answer into the output buffer itself, and flushes that buffer
+// before it waits for more input: a batch of pipelined heartbeats costs one
+// read and one write, with no hand-off between goroutines.
 type conn struct {
 	l      *Listener
 	nc     net.Conn
@@ -52,6 +58,11 @@ type conn struct {
 	queue  chan *pending
 	jobs   chan func()    // to idle workers
 	wg     sync.WaitGroup // workers
+
+	wmu    sync.Mutex    // guards out, queued and werr
+	out    *bufio.Writer // answers, in request order
+	queued int           // answers in queue, not yet written to out
+	werr   bool          // a write failed: the connection is closing
 
 	// rebalanceHint is the last JoinGroup rebalance timeout seen on this
 	// connection; it bounds how long a SyncGroup may wait.
@@ -85,6 +96,7 @@ func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 		host:   "/" + host,
 		queue:  make(chan *pending, maxInFlight),
 		jobs:   make(chan func()),
+		out:    bufio.NewWriterSize(nc, 64<<10),
 	}
 }
 
@@ -117,12 +129,18 @@ func (c *conn) readLoop() error {
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	var size [4]byte
 	for {
+		if br.Buffered() < len(size) {
+			c.flushInline()
+		}
 		if _, err := io.ReadFull(br, size[:]); err != nil {
 			return err
 		}
 		n := int32(binary.BigEndian.Uint32(size[:]))
 		if n < 8 || n > c.l.cfg.MaxRequestBytes {
 			return fmt.Errorf("%w: frame size %d (max %d)", errBadInput, n, c.l.cfg.MaxRequestBytes)
+		}
+		if br.Buffered() < int(n) {
+			c.flushInline()
 		}
 		body, err := readBody(br, int(n))
 		if err != nil {
@@ -249,41 +267,118 @@ func (c *conn) dispatch(frame []byte) error {
 		return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
 	}
 	r := &request{version: h.version, clientID: h.clientID, c: c}
-	fn := func(ctx context.Context) kmsg.Response { return spec.fn(ctx, r, kreq) }
 	if h.key == 12 && c.l.inlineHeartbeats {
-		// The coordinator answers heartbeats without waiting: answer them on
-		// the reader goroutine and save a hand-off per request.
-		return c.enqueueWith(h, fn, func(job func()) { job() })
+		return c.answerInline(h, func() kmsg.Response { return spec.fn(c.ctx, r, kreq) })
 	}
-	return c.enqueue(h, fn)
+	return c.enqueue(h, func(ctx context.Context) kmsg.Response { return spec.fn(ctx, r, kreq) })
+}
+
+// answerInline runs fn, which must not wait, on the reader goroutine. Its
+// answer goes straight to the output buffer unless earlier answers are still
+// queued, in which case it queues behind them, already complete.
+func (c *conn) answerInline(h header, fn func() kmsg.Response) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.handlerPanicked(h, v)
+			err = fmt.Errorf("request handler panicked")
+		}
+	}()
+	resp := fn()
+	resp.SetVersion(h.version)
+	c.wmu.Lock()
+	if c.queued == 0 {
+		ok := c.writeAnswer(h.corr, h.key, resp)
+		c.wmu.Unlock()
+		if !ok {
+			return net.ErrClosed
+		}
+		return nil
+	}
+	c.queued++
+	c.wmu.Unlock()
+	select {
+	case c.queue <- &pending{corr: h.corr, key: h.key, done: answered, resp: resp}:
+		return nil
+	case <-c.ctx.Done():
+		return c.ctx.Err()
+	}
+}
+
+// answered is the done channel of answers complete when queued.
+var answered = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
+
+// flushInline writes out what the reader left in the output buffer; the
+// reader calls it before it may wait for input.
+func (c *conn) flushInline() {
+	c.wmu.Lock()
+	if c.out.Buffered() > 0 && !c.werr {
+		if err := c.out.Flush(); err != nil {
+			c.failWrite()
+		}
+	}
+	c.wmu.Unlock()
+}
+
+// writeAnswer encodes resp as the answer to request corr into the output
+// buffer; c.wmu must be held. It reports false once writing failed.
+func (c *conn) writeAnswer(corr int32, key int16, resp kmsg.Response) bool {
+	if c.werr {
+		return false
+	}
+	buf := c.out.AvailableBuffer()
+	buf = append(buf, 0, 0, 0, 0)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(corr))
+	if resp.IsFlexible() && key != 18 { // ApiVersions answers always use header v0
+		buf = append(buf, 0)
+	}
+	buf = resp.AppendTo(buf)
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	if _, err := c.out.Write(buf); err != nil {
+		c.failWrite()
+		return false
+	}
+	return true
+}
+
+// failWrite marks the connection broken after a failed write; c.wmu is held.
+func (c *conn) failWrite() {
+	c.werr = true
+	c.close()
+}
+
+// handlerPanicked logs and counts a handler panic and closes the connection.
+func (c *conn) handlerPanicked(h header, v any) {
+	if c.l.onPanic != nil {
+		c.l.onPanic(v)
+	}
+	c.l.bad.Add(1)
+	c.l.log.Error("request handler panicked; closing connection",
+		"api", kmsg.NameForKey(h.key), "version", h.version, "panic", v, "stack", string(debug.Stack()))
+	c.close()
 }
 
 // enqueue reserves the next answer slot (blocking while maxInFlight requests
-// are outstanding) and runs fn in its own goroutine.
+// are outstanding) and runs fn in a worker goroutine.
 func (c *conn) enqueue(h header, fn func(context.Context) kmsg.Response) error {
-	return c.enqueueWith(h, fn, c.run)
-}
-
-// enqueueWith is enqueue with the way fn is run.
-func (c *conn) enqueueWith(h header, fn func(context.Context) kmsg.Response, run func(job func())) error {
 	p := &pending{corr: h.corr, key: h.key, done: make(chan struct{})}
+	c.wmu.Lock()
+	c.queued++
+	c.wmu.Unlock()
 	select {
 	case c.queue <- p:
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
-	run(func() {
+	c.run(func() {
 		defer close(p.done)
 		defer func() {
 			if v := recover(); v != nil {
-				if c.l.onPanic != nil {
-					c.l.onPanic(v)
-				}
-				c.l.bad.Add(1)
-				c.l.log.Error("request handler panicked; closing connection",
-					"api", kmsg.NameForKey(h.key), "version", h.version, "panic", v, "stack", string(debug.Stack()))
 				p.resp = nil
-				c.close()
+				c.handlerPanicked(h, v)
 			}
 		}()
 		resp := fn(c.ctx)
@@ -320,13 +415,16 @@ func (c *conn) run(job func()) {
 }
 
 func (c *conn) writeLoop() {
-	bw := bufio.NewWriterSize(c.nc, 64<<10)
-	var buf []byte
 	// Answers are buffered while more are ready, and flushed before waiting,
 	// so pipelined answers share writes without delaying any of them.
 	flush := func() bool {
-		if err := bw.Flush(); err != nil {
-			c.close()
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		if c.werr {
+			return false
+		}
+		if err := c.out.Flush(); err != nil {
+			c.failWrite()
 			return false
 		}
 		return true
@@ -360,18 +458,11 @@ func (c *conn) writeLoop() {
 				}
 			}
 		}
-		if p.resp == nil {
-			continue
-		}
-		buf = append(buf[:0], 0, 0, 0, 0)
-		buf = binary.BigEndian.AppendUint32(buf, uint32(p.corr))
-		if p.resp.IsFlexible() && p.key != 18 { // ApiVersions answers always use header v0
-			buf = append(buf, 0)
-		}
-		buf = p.resp.AppendTo(buf)
-		binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
-		if _, err := bw.Write(buf); err != nil {
-			c.close()
+		c.wmu.Lock()
+		c.queued--
+		ok := p.resp == nil || c.writeAnswer(p.corr, p.key, p.resp)
+		c.wmu.Unlock()
+		if !ok {
 			return
 		}
 	}

@@ -400,3 +400,104 @@ func TestServeStopsAndClosesConnections(t *testing.T) {
 		t.Fatalf("listener not closed: Accept returned %v", err)
 	}
 }
+
+// inlineGroups is fakeGroups declaring that it answers heartbeats without
+// waiting, so the listener answers them on the connection's reader.
+type inlineGroups struct{ *fakeGroups }
+
+func (inlineGroups) AnswersHeartbeatsInline() bool { return true }
+
+// TestInlineHeartbeatsKeepAnswerOrder: heartbeats answered on the reader
+// goroutine go straight to the output while nothing is queued ahead of them,
+// and queue behind a parked JoinGroup otherwise; answers stay in request order.
+func TestInlineHeartbeatsKeepAnswerOrder(t *testing.T) {
+	const behind = 20
+	release := make(chan struct{})
+	var hbs atomic.Int32
+	fg := &fakeGroups{fn: func(ctx context.Context, req proto.Message) (proto.Message, error) {
+		switch r := req.(type) {
+		case *grouppb.JoinGroupRequest:
+			select { // parked until the heartbeats behind it were answered
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return emptyAnswer(r), nil
+		case *grouppb.HeartbeatRequest:
+			if hbs.Add(1) == behind+1 {
+				close(release)
+			}
+			return &grouppb.HeartbeatResponse{ErrorCode: r.GenerationId}, nil
+		}
+		return emptyAnswer(req), nil
+	}}
+	s := startServer(t, inlineGroups{fg}, nil)
+	if !s.l.inlineHeartbeats {
+		t.Fatal("listener does not answer heartbeats inline")
+	}
+	c := dial(t, s.l.Addr())
+	hb := func(gen int32) kmsg.Request {
+		r := kmsg.NewPtrHeartbeatRequest()
+		r.SetVersion(4)
+		r.Group, r.Generation, r.MemberID = "g", gen, "m"
+		return r
+	}
+	// Nothing ahead: answered directly.
+	if code := c.do(hb(100)).(*kmsg.HeartbeatResponse).ErrorCode; code != 100 {
+		t.Fatalf("first heartbeat answered %d", code)
+	}
+	join := kmsg.NewPtrJoinGroupRequest()
+	join.SetVersion(7)
+	join.Group, join.ProtocolType, join.SessionTimeoutMillis, join.RebalanceTimeoutMillis = "g", "consumer", 10000, 10000
+	join.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range"}}
+	reqs := []kmsg.Request{join}
+	corrs := []int32{c.send(join)}
+	for i := range behind + 1 {
+		r := hb(int32(i))
+		reqs, corrs = append(reqs, r), append(corrs, c.send(r))
+	}
+	for i, corr := range corrs {
+		resp, err := c.recv(reqs[i], corr)
+		if err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+		if i == 0 {
+			if r := resp.(*kmsg.JoinGroupResponse); r.ErrorCode != 0 || r.MemberID != "m-1" {
+				t.Fatalf("join answered %+v", r)
+			}
+		} else if code := resp.(*kmsg.HeartbeatResponse).ErrorCode; code != int16(i-1) {
+			t.Fatalf("heartbeat %d answered %d", i-1, code)
+		}
+	}
+	// The queue drained: answered directly again.
+	if code := c.do(hb(7)).(*kmsg.HeartbeatResponse).ErrorCode; code != 7 {
+		t.Fatalf("last heartbeat answered %d", code)
+	}
+}
+
+// TestInlineHandlerPanicClosesOnlyThatConnection: a panic while answering a
+// heartbeat on the reader goroutine is contained like any handler panic.
+func TestInlineHandlerPanicClosesOnlyThatConnection(t *testing.T) {
+	fg := &fakeGroups{fn: func(ctx context.Context, req proto.Message) (proto.Message, error) {
+		if hb, ok := req.(*grouppb.HeartbeatRequest); ok && hb.MemberId == "boom" {
+			panic("boom")
+		}
+		return emptyAnswer(req), nil
+	}}
+	s := startServer(t, inlineGroups{fg}, nil)
+	var panics atomic.Int32
+	s.l.onPanic = func(any) { panics.Add(1) }
+	good, bad := dial(t, s.l.Addr()), dial(t, s.l.Addr())
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.SetVersion(4)
+	hb.Group, hb.MemberID = "g", "boom"
+	bad.send(hb)
+	bad.expectClosed()
+	if panics.Load() != 1 {
+		t.Fatalf("%d panics seen", panics.Load())
+	}
+	hb.MemberID = "fine"
+	if code := good.do(hb).(*kmsg.HeartbeatResponse).ErrorCode; code != 0 {
+		t.Fatalf("other connection answered %d", code)
+	}
+}
