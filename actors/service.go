@@ -47,6 +47,16 @@ type Service struct {
 // deadline (DefaultCallTimeout without one). A request for a group whose
 // actor exists goes straight to that actor.
 func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, error) {
+	timeout := time.Duration(0)
+	if _, ok := ctx.Deadline(); !ok {
+		timeout = DefaultCallTimeout
+	}
+	return s.CallWithin(ctx, req, timeout)
+}
+
+// CallWithin is Call bounded by timeout as well as by ctx (timeout 0: by ctx
+// only). It saves callers a derived context per call.
+func (s *Service) CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error) {
 	target := s.router
 	if gr, ok := req.(groupRequest); ok {
 		if pid, ok := s.env.directory.Load(gr.GetGroupId()); ok {
@@ -65,8 +75,8 @@ func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, e
 	default:
 	}
 	var expired <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok {
-		t := time.NewTimer(DefaultCallTimeout)
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
 		defer t.Stop()
 		expired = t.C
 	}

@@ -64,6 +64,13 @@ type conn struct {
 	queued int           // answers in queue, not yet written to out
 	werr   bool          // a write failed: the connection is closing
 
+	// Reader-owned scratch for heartbeats answered inline: the decoded
+	// request and the request context are reused, and the client id string
+	// is kept while it stays the same.
+	hb       kmsg.HeartbeatRequest
+	inline   request
+	clientID string
+
 	// rebalanceHint is the last JoinGroup rebalance timeout seen on this
 	// connection; it bounds how long a SyncGroup may wait.
 	rebalanceHint atomic.Int32
@@ -142,14 +149,45 @@ func (c *conn) readLoop() error {
 		if br.Buffered() < int(n) {
 			c.flushInline()
 		}
-		body, err := readBody(br, int(n))
+		var err error
+		if int(n) <= br.Size() {
+			// Heartbeats answered inline are decoded (strings copied) and
+			// answered before the next read, straight from the buffer;
+			// every other frame gets its own copy, since decoded byte
+			// fields share the frame's memory.
+			var frame []byte
+			if frame, err = br.Peek(int(n)); err != nil {
+				return err
+			}
+			if !c.answersInline(frame) {
+				frame = bytes.Clone(frame)
+			}
+			err = c.dispatch(frame)
+			br.Discard(int(n))
+		} else {
+			var body []byte
+			if body, err = readBody(br, int(n)); err != nil {
+				return err
+			}
+			err = c.dispatch(body)
+		}
 		if err != nil {
 			return err
 		}
-		if err := c.dispatch(body); err != nil {
-			return err
-		}
 	}
+}
+
+// answersInline reports whether frame is a request answered on the reader.
+func (c *conn) answersInline(frame []byte) bool {
+	return c.l.inlineHeartbeats && len(frame) >= 2 && binary.BigEndian.Uint16(frame) == 12
+}
+
+// clientIDString returns b as a string, reusing the last one when equal.
+func (c *conn) clientIDString(b []byte) string {
+	if string(b) != c.clientID {
+		c.clientID = string(b)
+	}
+	return c.clientID
 }
 
 // readBody reads n bytes; big frames grow with the data that actually arrives
@@ -174,7 +212,7 @@ func readBody(r io.Reader, n int) ([]byte, error) {
 type header struct {
 	key, version int16
 	corr         int32
-	clientID     string
+	clientID     []byte // nil: null
 }
 
 // tagReader reads the tagged-field section of a flexible request header.
@@ -222,7 +260,7 @@ func parseHeader(b []byte) (header, []byte, error) {
 		if int(idLen) > len(b) {
 			return header{}, nil, fmt.Errorf("%w: client id overflows the frame", errBadInput)
 		}
-		h.clientID = string(b[:idLen])
+		h.clientID = b[:idLen:idLen]
 		b = b[idLen:]
 	} else if idLen < -1 {
 		return header{}, nil, fmt.Errorf("%w: client id length %d", errBadInput, idLen)
@@ -239,7 +277,14 @@ func (c *conn) dispatch(frame []byte) error {
 	if h.key == 18 { // ApiVersions: any version gets an answer
 		return c.enqueue(h, func(context.Context) kmsg.Response { return c.l.apiVersions(h.version) })
 	}
-	kreq := kmsg.RequestForKey(h.key)
+	inline := h.key == 12 && c.l.inlineHeartbeats
+	var kreq kmsg.Request
+	if inline {
+		c.hb.Default()
+		kreq = &c.hb
+	} else {
+		kreq = kmsg.RequestForKey(h.key)
+	}
 	if kreq == nil || h.version < 0 || h.version > kreq.MaxVersion() {
 		// Neither the body nor the answer can be encoded: Kafka closes
 		// such connections too.
@@ -266,24 +311,26 @@ func (c *conn) dispatch(frame []byte) error {
 	if err := kreq.ReadFrom(body); err != nil {
 		return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
 	}
-	r := &request{version: h.version, clientID: h.clientID, c: c}
-	if h.key == 12 && c.l.inlineHeartbeats {
-		return c.answerInline(h, func() kmsg.Response { return spec.fn(c.ctx, r, kreq) })
+	if inline {
+		c.inline = request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}
+		return c.answerInline(h, spec.fn, &c.inline, kreq)
 	}
+	r := &request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}
 	return c.enqueue(h, func(ctx context.Context) kmsg.Response { return spec.fn(ctx, r, kreq) })
 }
 
-// answerInline runs fn, which must not wait, on the reader goroutine. Its
-// answer goes straight to the output buffer unless earlier answers are still
-// queued, in which case it queues behind them, already complete.
-func (c *conn) answerInline(h header, fn func() kmsg.Response) (err error) {
+// answerInline runs fn, which must not wait and must not keep r or req, on
+// the reader goroutine. Its answer goes straight to the output buffer unless
+// earlier answers are still queued, in which case it queues behind them,
+// already complete.
+func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Request) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			c.handlerPanicked(h, v)
 			err = fmt.Errorf("request handler panicked")
 		}
 	}()
-	resp := fn()
+	resp := fn(c.ctx, r, req)
 	resp.SetVersion(h.version)
 	c.wmu.Lock()
 	if c.queued == 0 {

@@ -57,6 +57,9 @@ func FuzzConn(f *testing.F) {
 		if err := l.topics.Apply(catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 3}); err != nil {
 			t.Fatal(err)
 		}
+		// Heartbeats are answered on the reader for half the inputs, by a
+		// worker for the other half.
+		l.inlineHeartbeats = len(data)%2 == 0
 		synctest.Test(t, func(t *testing.T) {
 			client, server := net.Pipe()
 			c := l.newConn(context.Background(), server)

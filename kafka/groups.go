@@ -44,12 +44,19 @@ var errBadResponse = errors.New("unexpected native response type")
 // such as heartbeats, skip the cost of a deadline per request).
 func call[Resp proto.Message](ctx context.Context, l *Listener, timeout time.Duration, req proto.Message) (Resp, error) {
 	var zero Resp
-	if timeout > 0 {
+	var m proto.Message
+	var err error
+	switch {
+	case timeout <= 0:
+		m, err = l.groups.Call(ctx, req)
+	case l.timed != nil:
+		m, err = l.timed.CallWithin(ctx, req, timeout)
+	default:
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
+		m, err = l.groups.Call(ctx, req)
 	}
-	m, err := l.groups.Call(ctx, req)
 	if err == nil {
 		r, ok := m.(Resp)
 		if ok && m != nil {

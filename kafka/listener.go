@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -23,6 +24,12 @@ import (
 // matching native response.
 type Groups interface {
 	Call(ctx context.Context, req proto.Message) (proto.Message, error)
+}
+
+// TimedGroups is implemented by a Groups that can bound a call by a timeout
+// without a derived context; the listener then uses CallWithin.
+type TimedGroups interface {
+	CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error)
 }
 
 // InlineHeartbeats is implemented by a Groups whose Call answers a
@@ -131,6 +138,7 @@ type Listener struct {
 	accepted, requests, bad, unsupported, callErrors atomic.Uint64
 	open                                             atomic.Int64
 
+	timed TimedGroups // groups, when it implements TimedGroups
 	// inlineHeartbeats: groups answers heartbeats without waiting.
 	inlineHeartbeats bool
 
@@ -189,6 +197,7 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		autoOn: cfg.AutoCreateTopics,
 		conns:  make(map[*conn]struct{}),
 	}
+	l.timed, _ = groups.(TimedGroups)
 	if ih, ok := groups.(InlineHeartbeats); ok {
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
 	}

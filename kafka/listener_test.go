@@ -501,3 +501,40 @@ func TestInlineHandlerPanicClosesOnlyThatConnection(t *testing.T) {
 		t.Fatalf("other connection answered %d", code)
 	}
 }
+
+// timedGroups is fakeGroups that takes call timeouts through CallWithin.
+type timedGroups struct {
+	*fakeGroups
+	timeouts chan time.Duration
+}
+
+func (g timedGroups) CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error) {
+	if _, ok := ctx.Deadline(); ok {
+		return nil, errors.New("derived context passed along with a timeout")
+	}
+	g.timeouts <- timeout
+	return g.Call(ctx, req)
+}
+
+// TestTimedGroupsGetTheCallBound: a Groups implementing CallWithin gets the
+// same bounds a derived context would carry.
+func TestTimedGroupsGetTheCallBound(t *testing.T) {
+	g := timedGroups{&fakeGroups{}, make(chan time.Duration, 1)}
+	s := startServer(t, g, nil)
+	c := dial(t, s.l.Addr())
+	j := sampleRequest(11, 4).(*kmsg.JoinGroupRequest)
+	j.SetVersion(4)
+	j.RebalanceTimeoutMillis = 120000
+	if r := c.do(j).(*kmsg.JoinGroupResponse); r.ErrorCode != 0 {
+		t.Fatalf("join answered %d", r.ErrorCode)
+	}
+	if d := <-g.timeouts; d != 120*time.Second+parkMargin {
+		t.Fatalf("join bound %v", d)
+	}
+	oc := sampleRequest(8, 8)
+	oc.SetVersion(8)
+	c.do(oc)
+	if d := <-g.timeouts; d != callTimeout {
+		t.Fatalf("commit bound %v", d)
+	}
+}
