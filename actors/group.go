@@ -278,7 +278,8 @@ func (a *groupActor) publishSummary(ctx actor.Context) {
 	s := groupSummary{id: a.id, state: a.g.State(), protocolType: a.g.ProtocolType()}
 	if s != a.summary {
 		a.summary = s
-		ctx.Send(ctx.Parent(), &s)
+		msg := s // allocated only when sent
+		ctx.Send(ctx.Parent(), &msg)
 	}
 }
 

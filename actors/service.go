@@ -39,6 +39,7 @@ type Service struct {
 	env *env
 	// replies recycles the reply channels of local calls.
 	replies  sync.Pool
+	timers   sync.Pool // of stopped *time.Timer, for call deadlines
 	stopOnce sync.Once
 	active   atomic.Bool
 }
@@ -76,8 +77,9 @@ func (s *Service) CallWithin(ctx context.Context, req proto.Message, timeout tim
 	}
 	var expired <-chan time.Time
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
+		t := s.timer(timeout)
+		defer s.timers.Put(t)
+		defer t.Stop() // no stale expiry is received after Stop (Go 1.23+)
 		expired = t.C
 	}
 	select {
@@ -89,6 +91,15 @@ func (s *Service) CallWithin(ctx context.Context, req proto.Message, timeout tim
 	}
 	// The answer may still come: the channel is not reused.
 	return nil, ErrTimeout
+}
+
+// timer returns a pooled timer set to fire after d.
+func (s *Service) timer(d time.Duration) *time.Timer {
+	if t, ok := s.timers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
 }
 
 // Client sends native group requests to a groups actor, local or remote.

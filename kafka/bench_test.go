@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -99,12 +100,22 @@ func serveCohort() int {
 }
 
 // serveCommands reads the benchmark's commands from stdin until it closes:
-// "profile <path>" starts a CPU profile, "stop" ends it.
+// "profile <path>" starts a CPU profile and writes a heap profile (with
+// allocations so far) to <path>.heap0, "stop" ends the CPU profile and
+// writes <path>.heap1; pprof -diff_base shows what a phase allocated.
 func serveCommands() {
 	var prof *os.File
+	heap := func(path string) {
+		runtime.GC() // the allocs profile is as of the last collection
+		if f, err := os.Create(path); err == nil {
+			pprof.Lookup("allocs").WriteTo(f, 0)
+			f.Close()
+		}
+	}
 	stop := func() {
 		if prof != nil {
 			pprof.StopCPUProfile()
+			heap(prof.Name() + ".heap1")
 			prof.Close()
 			prof = nil
 		}
@@ -115,11 +126,16 @@ func serveCommands() {
 		switch cmd, arg, _ := strings.Cut(sc.Text(), " "); cmd {
 		case "profile":
 			stop()
+			heap(arg + ".heap0")
 			if f, err := os.Create(arg); err == nil && pprof.StartCPUProfile(f) == nil {
 				prof = f
 			}
 		case "stop":
 			stop()
+		case "allocs":
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Println("ALLOCS", ms.Mallocs)
 		}
 	}
 }
@@ -139,8 +155,20 @@ func serveKfake() int {
 type benchServer struct {
 	name  string
 	addr  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+}
+
+// allocs returns the number of heap allocations the server made so far.
+func (s *benchServer) allocs() uint64 {
+	fmt.Fprintln(s.stdin, "allocs")
+	line, err := s.stdout.ReadString('\n')
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "ALLOCS ")), 10, 64)
+	return n
 }
 
 func startBenchServer(b *testing.B, name string) *benchServer {
@@ -157,12 +185,13 @@ func startBenchServer(b *testing.B, name string) *benchServer {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "ADDR ") {
 		cmd.Process.Kill()
 		b.Fatalf("%s server: %q %v", name, line, err)
 	}
-	return &benchServer{name: name, addr: strings.TrimSpace(strings.TrimPrefix(line, "ADDR ")), cmd: cmd, stdin: stdin}
+	return &benchServer{name: name, addr: strings.TrimSpace(strings.TrimPrefix(line, "ADDR ")), cmd: cmd, stdin: stdin, stdout: out}
 }
 
 func (s *benchServer) stop() {
@@ -525,6 +554,7 @@ func load(b *testing.B, s *benchServer, phase string, ms []member, mk func(m mem
 		return mk(ms[int(n)%len(ms)]), true
 	}
 	b.ResetTimer()
+	a0 := s.allocs()
 	r0, w0 := s.syscalls()
 	cpu0, t0 := s.cpu(), time.Now()
 	errs := make([]error, len(conns))
@@ -543,6 +573,7 @@ func load(b *testing.B, s *benchServer, phase string, ms []member, mk func(m mem
 	wg.Wait()
 	elapsed, cpu := time.Since(t0), s.cpu()-cpu0
 	r1, w1 := s.syscalls()
+	a1 := s.allocs()
 	b.StopTimer()
 	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
@@ -552,6 +583,7 @@ func load(b *testing.B, s *benchServer, phase string, ms []member, mk func(m mem
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-cpu-µs/req")
+	b.ReportMetric(float64(a1-a0)/float64(b.N), "server-allocs/req")
 	b.ReportMetric(float64(r1-r0)/float64(b.N), "server-reads/req")
 	b.ReportMetric(float64(w1-w0)/float64(b.N), "server-writes/req")
 }
