@@ -153,8 +153,8 @@ func serveKfake() int {
 }
 
 type benchServer struct {
-	name  string
-	addr  string
+	name   string
+	addr   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
