@@ -71,6 +71,13 @@ type Config struct {
 	// AutoCreateTopics creates topics named in Metadata requests (Kafka's
 	// auto.create.topics.enable). DefaultConfig sets it; a zero Config has it off.
 	AutoCreateTopics bool
+	// AutoCreateOnlyWhenAllowed keeps Kafka's rule that a Metadata request
+	// v4+ creates topics only when it sets allow_auto_topic_creation.
+	// Off by default: cohort keeps no records, a topic only sizes
+	// assignments, and librdkafka consumers never set the flag, so a
+	// `kcat -G group topic` against a fresh coordinator would otherwise
+	// wait for a topic nobody creates.
+	AutoCreateOnlyWhenAllowed bool
 	// DefaultPartitions is the partition count of auto-created topics and of
 	// CreateTopics with -1 partitions. Default 1.
 	DefaultPartitions int32

@@ -237,12 +237,20 @@ func TestOffsetFetchMultiGroup(t *testing.T) {
 }
 
 func TestMetadataAutoCreate(t *testing.T) {
-	s := startServer(t, nil, func(c *Config) { c.DefaultPartitions = 4 })
-	c := dial(t, s.l.Addr())
 	md := sampleRequest(3, 4).(*kmsg.MetadataRequest)
 	md.SetVersion(4)
+	// By default a request that does not allow creation creates too (what
+	// librdkafka consumers send for the topics they subscribe to).
+	s0 := startServer(t, nil, func(c *Config) { c.DefaultPartitions = 2 })
 	md.AllowAutoTopicCreation = false
-	r := c.do(md).(*kmsg.MetadataResponse)
+	r := dial(t, s0.l.Addr()).do(md).(*kmsg.MetadataResponse)
+	if r.Topics[1].ErrorCode != 0 || len(r.Topics[1].Partitions) != 2 {
+		t.Fatalf("default auto-create: %+v", r.Topics[1])
+	}
+	// Kafka's rule on request: only requests that allow it create.
+	s := startServer(t, nil, func(c *Config) { c.DefaultPartitions = 4; c.AutoCreateOnlyWhenAllowed = true })
+	c := dial(t, s.l.Addr())
+	r = c.do(md).(*kmsg.MetadataResponse)
 	if r.Topics[1].ErrorCode != errUnknownTopicOrPartition {
 		t.Fatalf("no auto-create: %+v", r.Topics[1])
 	}

@@ -72,7 +72,7 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 	resp.ControllerID = controller
 
 	all := req.Topics == nil || (r.version == 0 && len(req.Topics) == 0)
-	autoCreate := l.autoOn && (r.version < 4 || req.AllowAutoTopicCreation)
+	autoCreate := l.autoOn && (r.version < 4 || req.AllowAutoTopicCreation || !l.cfg.AutoCreateOnlyWhenAllowed)
 	add := func(t catalog.Topic, code int16, name *string) {
 		mt := kmsg.NewMetadataResponseTopic()
 		mt.Topic, mt.TopicID, mt.ErrorCode = name, t.ID, code

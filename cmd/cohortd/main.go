@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cohort-coord/cohort/kafka"
 	"github.com/cohort-coord/cohort/node"
 )
 
@@ -63,7 +64,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.StringVar(&k.AdvertisedAddr, "kafka-advertised-addr", k.AdvertisedAddr, "host:port that Metadata and FindCoordinator tell clients (default: the bound address)")
 	maxReq := int64(k.MaxRequestBytes)
 	fs.Int64Var(&maxReq, "max-request-bytes", maxReq, "largest Kafka request accepted; a bigger one closes its connection")
-	fs.BoolVar(&k.AutoCreateTopics, "auto-create-topics", k.AutoCreateTopics, "create topics that clients ask for in Metadata (auto.create.topics.enable)")
+	fs.Var(autoCreateFlag{k}, "auto-create-topics", "create topics that Metadata requests name (auto.create.topics.enable): true (even when the request does not ask to, as librdkafka consumers' do not), requested (only when it asks, Kafka's rule) or false")
 	parts := int64(k.DefaultPartitions)
 	fs.Int64Var(&parts, "default-partitions", parts, "partitions of auto-created topics (num.partitions)")
 	g := &cfg.Group
@@ -105,3 +106,34 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	k.MaxRequestBytes, k.DefaultPartitions = int32(maxReq), int32(parts)
 	return cfg, level, cfg.Validate()
 }
+
+// autoCreateFlag is --auto-create-topics: true, requested or false; given
+// alone it means true.
+type autoCreateFlag struct{ k *kafka.Config }
+
+func (f autoCreateFlag) String() string {
+	switch {
+	case f.k == nil || !f.k.AutoCreateTopics:
+		return "false"
+	case f.k.AutoCreateOnlyWhenAllowed:
+		return "requested"
+	default:
+		return "true"
+	}
+}
+
+func (f autoCreateFlag) Set(v string) error {
+	switch strings.ToLower(v) {
+	case "true", "1", "on":
+		f.k.AutoCreateTopics, f.k.AutoCreateOnlyWhenAllowed = true, false
+	case "requested":
+		f.k.AutoCreateTopics, f.k.AutoCreateOnlyWhenAllowed = true, true
+	case "false", "0", "off":
+		f.k.AutoCreateTopics, f.k.AutoCreateOnlyWhenAllowed = false, false
+	default:
+		return errors.New("want true, requested or false")
+	}
+	return nil
+}
+
+func (f autoCreateFlag) IsBoolFlag() bool { return true }

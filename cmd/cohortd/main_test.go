@@ -29,6 +29,30 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 }
 
+func TestAutoCreateTopicsModes(t *testing.T) {
+	cases := []struct {
+		args            []string
+		env             map[string]string
+		on, onlyAllowed bool
+	}{
+		{nil, nil, true, false},
+		{[]string{"--auto-create-topics"}, nil, true, false},
+		{[]string{"--auto-create-topics=requested"}, nil, true, true},
+		{[]string{"--auto-create-topics=false"}, nil, false, false},
+		{nil, map[string]string{"COHORT_AUTO_CREATE_TOPICS": "requested"}, true, true},
+		{nil, map[string]string{"COHORT_AUTO_CREATE_TOPICS": "false"}, false, false},
+	}
+	for _, c := range cases {
+		cfg, _, err := parseConfig(c.args, env(c.env), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v %v: %v", c.args, c.env, err)
+		}
+		if k := cfg.Kafka; k.AutoCreateTopics != c.on || k.AutoCreateOnlyWhenAllowed != c.onlyAllowed {
+			t.Errorf("%v %v: on %v only-when-allowed %v", c.args, c.env, k.AutoCreateTopics, k.AutoCreateOnlyWhenAllowed)
+		}
+	}
+}
+
 func TestInvalidValuesExitWith2(t *testing.T) {
 	cases := []struct {
 		args []string
@@ -42,6 +66,7 @@ func TestInvalidValuesExitWith2(t *testing.T) {
 		{[]string{"--remote-addr", "nohostport"}, nil, "remote addr"},
 		{[]string{"--group-min-session-timeout", "1m", "--group-max-session-timeout", "30s"}, nil, "below the min session timeout"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
+		{[]string{"--auto-create-topics=sometimes"}, nil, "want true, requested or false"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer

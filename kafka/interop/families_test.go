@@ -95,12 +95,25 @@ var aptMu sync.Mutex
 // apt-get when it cannot.
 func ensureDebian(t *testing.T, check, pkg string) {
 	t.Helper()
+	ensureWith(t, pkg, func() error { return exec.Command(python, "-c", check).Run() })
+}
+
+// ensureCommand makes sure the program name is on PATH, installing pkg with
+// apt-get when it is not.
+func ensureCommand(t *testing.T, name, pkg string) {
+	t.Helper()
+	ensureWith(t, pkg, func() error { _, err := exec.LookPath(name); return err })
+}
+
+// ensureWith installs pkg with apt-get when ok fails.
+func ensureWith(t *testing.T, pkg string, ok func() error) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("interop tests run without -short")
 	}
 	aptMu.Lock()
 	defer aptMu.Unlock()
-	if exec.Command(python, "-c", check).Run() == nil {
+	if ok() == nil {
 		return
 	}
 	install := exec.Command("apt-get", "install", "-y", "-q", pkg)
@@ -115,8 +128,8 @@ func ensureDebian(t *testing.T, check, pkg string) {
 			need(t, "apt-get install %s failed: %v\n%s\n%s", pkg, err, out, out2)
 		}
 	}
-	if err := exec.Command(python, "-c", check).Run(); err != nil {
-		need(t, "%s installed but %q fails: %v", pkg, check, err)
+	if err := ok(); err != nil {
+		need(t, "%s installed but still missing: %v", pkg, err)
 	}
 }
 
