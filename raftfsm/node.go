@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/catalog"
@@ -88,7 +89,19 @@ func Open(cfg Config) (*Node, error) {
 		transport.Close()
 		return nil, err
 	}
-	logs, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.Dir, "raft.db")})
+	logs, err := raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(cfg.Dir, "raft.db"),
+		// Log truncation after snapshots frees pages all the time. With
+		// bolt's defaults every commit rewrites the whole free list (an
+		// array), so each write grew slower as the file aged. The free
+		// list is instead kept in memory as a map and rebuilt by a scan
+		// when the file is opened; the data written and synced is the same.
+		BoltOptions: &bbolt.Options{
+			Timeout:        5 * time.Second, // another process holds the file: fail, not hang
+			NoFreelistSync: true,
+			FreelistType:   bbolt.FreelistMapType,
+		},
+	})
 	if err != nil {
 		transport.Close()
 		return nil, fmt.Errorf("raft log: %w", err)
