@@ -102,6 +102,10 @@ func Open(cfg Config) (*Node, error) {
 			FreelistType:   bbolt.FreelistMapType,
 		},
 	})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		transport.Close()
+		return nil, fmt.Errorf("raft log %s is held by another process (is a cohortd already running on this data dir?)", filepath.Join(cfg.Dir, "raft.db"))
+	}
 	if err != nil {
 		transport.Close()
 		return nil, fmt.Errorf("raft log: %w", err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,4 +189,31 @@ func snapshotFiles(t testing.TB, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// A second node on a data dir that an open node holds fails with an error
+// rather than waiting for the file forever.
+func TestOpenHeldDataDirFails(t *testing.T) {
+	dir := t.TempDir()
+	n := openLeader(t, testConfig(dir))
+	defer n.Close()
+	cfg := testConfig(dir)
+	cfg.RaftAddr = "127.0.0.1:0"
+	os.Remove(filepath.Join(dir, "raft-addr")) // another raft port, so the log file is what is contended
+	done := make(chan error, 1)
+	go func() {
+		m, err := Open(cfg)
+		if err == nil {
+			m.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "held by another process") {
+			t.Fatalf("second node on a held data dir: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("opening a held data dir still waits after 30s")
+	}
 }
