@@ -23,6 +23,7 @@ const (
 	errNone                      int16 = 0
 	errUnknownServerError        int16 = -1
 	errUnknownTopicOrPartition   int16 = 3
+	errLeaderNotAvailable        int16 = 5
 	errRequestTimedOut           int16 = 7
 	errCoordinatorNotAvailable   int16 = 15
 	errInvalidTopic              int16 = 17
@@ -31,6 +32,7 @@ const (
 	errTopicAlreadyExists        int16 = 36
 	errInvalidPartitions         int16 = 37
 	errInvalidReplicationFactor  int16 = 38
+	errNotController             int16 = 41
 	errInvalidRequest            int16 = 42
 	errUnknownTopicID            int16 = 100
 )

@@ -120,6 +120,13 @@ type testServer struct {
 
 func startServer(t testing.TB, groups Groups, mod func(*Config)) *testServer {
 	t.Helper()
+	return startServerProposing(t, groups, mod, nil)
+}
+
+// startServerProposing is startServer with the catalog's proposer (nil:
+// changes apply at once), set before the server starts.
+func startServerProposing(t testing.TB, groups Groups, mod func(*Config), propose catalog.Proposer) *testServer {
+	t.Helper()
 	fg, _ := groups.(*fakeGroups)
 	if groups == nil {
 		fg = &fakeGroups{}
@@ -134,6 +141,9 @@ func startServer(t testing.TB, groups Groups, mod func(*Config)) *testServer {
 	topics := catalog.New()
 	if err := topics.Apply(catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 3}); err != nil {
 		t.Fatal(err)
+	}
+	if propose != nil {
+		topics.SetProposer(propose)
 	}
 	l, err := New(cfg, groups, topics, slog.New(slog.DiscardHandler))
 	if err != nil {

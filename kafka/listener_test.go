@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/coordinator"
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -544,5 +547,45 @@ func TestTimedGroupsGetTheCallBound(t *testing.T) {
 	c.do(oc)
 	if d := <-g.timeouts; d != callTimeout {
 		t.Fatalf("commit bound %v", d)
+	}
+}
+
+// TestCatalogChangesWithoutLeader: topic changes that find no Raft leader
+// answer NOT_CONTROLLER (CreateTopics, DeleteTopics) and LEADER_NOT_AVAILABLE
+// (Metadata auto-creation), which clients retry; one whose outcome is
+// unknown answers REQUEST_TIMED_OUT.
+func TestCatalogChangesWithoutLeader(t *testing.T) {
+	cases := []struct {
+		err                error
+		create, deleteCode int16
+	}{
+		{fmt.Errorf("no leader: %w", coordinator.ErrStoreNotLeader), errNotController, errNotController},
+		{fmt.Errorf("slow: %w", coordinator.ErrStoreTimeout), errRequestTimedOut, errRequestTimedOut},
+	}
+	for _, tc := range cases {
+		s := startServerProposing(t, nil, nil, func(context.Context, catalog.Command) error { return tc.err })
+		c := dial(t, s.l.Addr())
+		ct := kmsg.NewPtrCreateTopicsRequest()
+		ct.SetVersion(4)
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "new", 3, 1
+		ct.Topics = append(ct.Topics, rt)
+		if got := c.do(ct).(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode; got != tc.create {
+			t.Errorf("%v: CreateTopics answered %d, want %d", tc.err, got, tc.create)
+		}
+		dt := kmsg.NewPtrDeleteTopicsRequest()
+		dt.SetVersion(4)
+		dt.TopicNames = []string{"t"}
+		if got := c.do(dt).(*kmsg.DeleteTopicsResponse).Topics[0].ErrorCode; got != tc.deleteCode {
+			t.Errorf("%v: DeleteTopics answered %d, want %d", tc.err, got, tc.deleteCode)
+		}
+		md := kmsg.NewPtrMetadataRequest()
+		md.SetVersion(9)
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr("auto")
+		md.Topics = append(md.Topics, mt)
+		if got := c.do(md).(*kmsg.MetadataResponse).Topics[0].ErrorCode; got != errLeaderNotAvailable {
+			t.Errorf("%v: Metadata auto-create answered %d, want %d", tc.err, got, errLeaderNotAvailable)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/coordinator"
 )
 
 const (
@@ -105,12 +106,17 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 		if !ok && autoCreate {
 			var code int16
 			t, code = l.createTopic(ctx, name, l.cfg.DefaultPartitions)
-			if code == errTopicAlreadyExists { // raced with another creator
+			switch code {
+			case errTopicAlreadyExists: // raced with another creator
 				t, ok = l.topics.Get(name)
 				code = errNone
 				if !ok {
 					code = errUnknownTopicOrPartition
 				}
+			case errRequestTimedOut, errNotController:
+				// Kafka's answer while an auto-created topic is not
+				// ready yet: clients retry their metadata request.
+				code = errLeaderNotAvailable
 			}
 			add(t, code, kmsg.StringPtr(name))
 			continue
@@ -144,18 +150,32 @@ func (l *Listener) createTopic(ctx context.Context, name string, partitions int3
 	cmd := catalog.CreateTopic{Name: name, ID: catalog.NewTopicID(), Partitions: partitions}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	err := l.topics.Propose(ctx, cmd)
+	if code := catalogErrorCode(l.topics.Propose(ctx, cmd)); code != errNone {
+		return catalog.Topic{}, code
+	}
+	return catalog.Topic(cmd), errNone
+}
+
+// catalogErrorCode maps the outcome of a catalog change to a Kafka code. A
+// change that found no leader to take it answers NOT_CONTROLLER, which
+// clients retry after refreshing metadata; one whose outcome is unknown
+// answers REQUEST_TIMED_OUT, as Kafka's controller does.
+func catalogErrorCode(err error) int16 {
 	switch {
 	case err == nil:
-		return catalog.Topic(cmd), errNone
+		return errNone
 	case errors.Is(err, catalog.ErrTopicExists):
-		return catalog.Topic{}, errTopicAlreadyExists
+		return errTopicAlreadyExists
 	case errors.Is(err, catalog.ErrInvalidTopic):
-		return catalog.Topic{}, errInvalidTopic
+		return errInvalidTopic
 	case errors.Is(err, catalog.ErrInvalidPartitions):
-		return catalog.Topic{}, errInvalidPartitions
+		return errInvalidPartitions
+	case errors.Is(err, catalog.ErrUnknownTopic):
+		return errUnknownTopicOrPartition
+	case errors.Is(err, coordinator.ErrStoreNotLeader):
+		return errNotController
 	default:
-		return catalog.Topic{}, errRequestTimedOut
+		return errRequestTimedOut
 	}
 }
 
@@ -192,6 +212,8 @@ func (l *Listener) createTopics(ctx context.Context, r *request, req *kmsg.Creat
 				msg = "topic already exists"
 			case errRequestTimedOut:
 				msg = "catalog update did not complete"
+			case errNotController:
+				msg = "no Raft leader to take the catalog update"
 			}
 		}
 		rt.ErrorCode = code
@@ -244,13 +266,7 @@ func (l *Listener) deleteTopics(ctx context.Context, r *request, req *kmsg.Delet
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		err := l.topics.Propose(cctx, catalog.DeleteTopic{Name: t.Name})
 		cancel()
-		switch {
-		case err == nil:
-		case errors.Is(err, catalog.ErrUnknownTopic):
-			rt.ErrorCode = errUnknownTopicOrPartition
-		default:
-			rt.ErrorCode = errRequestTimedOut
-		}
+		rt.ErrorCode = catalogErrorCode(err)
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
