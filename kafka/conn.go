@@ -296,11 +296,9 @@ func (c *conn) dispatch(frame []byte) error {
 	spec, ok := c.l.apis[h.key]
 	if !ok || h.version < spec.min || h.version > spec.max {
 		c.l.unsupported.Add(1)
-		return c.enqueue(h, func(context.Context) kmsg.Response {
-			resp := kreq.ResponseKind()
-			setTopLevelError(resp, errUnsupportedVersion)
-			return resp
-		})
+		resp := kreq.ResponseKind() // now: kreq may be reader scratch
+		setTopLevelError(resp, errUnsupportedVersion)
+		return c.enqueue(h, func(context.Context) kmsg.Response { return resp })
 	}
 	if kreq.IsFlexible() {
 		tr := &tagReader{src: body}
