@@ -126,6 +126,9 @@ func serveCommands() {
 		switch cmd, arg, _ := strings.Cut(sc.Text(), " "); cmd {
 		case "profile":
 			stop()
+			if os.Getenv("COHORT_BENCH_MEMRATE1") != "" {
+				runtime.MemProfileRate = 1
+			}
 			heap(arg + ".heap0")
 			if f, err := os.Create(arg); err == nil && pprof.StartCPUProfile(f) == nil {
 				prof = f

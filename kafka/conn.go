@@ -58,7 +58,7 @@ type conn struct {
 	cancel context.CancelFunc
 	host   string // Kafka's client host format: "/127.0.0.1"
 	queue  chan *pending
-	jobs   chan func()    // to idle workers
+	jobs   chan *pending  // to idle workers
 	wg     sync.WaitGroup // workers
 
 	wmu    sync.Mutex    // guards out, queued and werr
@@ -72,17 +72,24 @@ type conn struct {
 	hb       kmsg.HeartbeatRequest
 	inline   request
 	clientID string
+	tags     tagReader
 
 	// rebalanceHint is the last JoinGroup rebalance timeout seen on this
 	// connection; it bounds how long a SyncGroup may wait.
 	rebalanceHint atomic.Int32
 }
 
+// pending is one request's slot in the answer order, and the work a worker
+// does for it: fn(r, kreq), unless the answer was known when it was queued.
 type pending struct {
 	corr int32
 	key  int16
 	done chan struct{}
 	resp kmsg.Response // nil: no answer (Produce with acks=0)
+
+	fn   handlerFunc
+	r    request
+	kreq kmsg.Request
 }
 
 type request struct {
@@ -104,7 +111,7 @@ func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 		cancel: cancel,
 		host:   "/" + host,
 		queue:  make(chan *pending, maxInFlight),
-		jobs:   make(chan func()),
+		jobs:   make(chan *pending),
 		out:    bufio.NewWriterSize(nc, 64<<10),
 	}
 }
@@ -276,8 +283,8 @@ func (c *conn) dispatch(frame []byte) error {
 		return err
 	}
 	c.l.requests.Add(1)
-	if h.key == 18 { // ApiVersions: any version gets an answer
-		return c.enqueue(h, func(context.Context) kmsg.Response { return c.l.apiVersions(h.version) })
+	if h.key == 18 { // ApiVersions: any version gets an answer, at the version it picks
+		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: c.l.apiVersions(h.version)})
 	}
 	inline := h.key == 12 && c.l.inlineHeartbeats
 	var kreq kmsg.Request
@@ -296,17 +303,18 @@ func (c *conn) dispatch(frame []byte) error {
 	spec, ok := c.l.apis[h.key]
 	if !ok || h.version < spec.min || h.version > spec.max {
 		c.l.unsupported.Add(1)
-		resp := kreq.ResponseKind() // now: kreq may be reader scratch
+		resp := kreq.ResponseKind()
+		resp.SetVersion(h.version)
 		setTopLevelError(resp, errUnsupportedVersion)
-		return c.enqueue(h, func(context.Context) kmsg.Response { return resp })
+		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
 	}
 	if kreq.IsFlexible() {
-		tr := &tagReader{src: body}
-		kmsg.SkipTags(tr)
-		if tr.bad {
+		c.tags = tagReader{src: body}
+		kmsg.SkipTags(&c.tags)
+		if c.tags.bad {
 			return fmt.Errorf("%w: request header tags", errBadInput)
 		}
-		body = tr.src
+		body = c.tags.src
 	}
 	if err := kreq.ReadFrom(body); err != nil {
 		return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
@@ -315,8 +323,8 @@ func (c *conn) dispatch(frame []byte) error {
 		c.inline = request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}
 		return c.answerInline(h, spec.fn, &c.inline, kreq)
 	}
-	r := &request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}
-	return c.enqueue(h, func(ctx context.Context) kmsg.Response { return spec.fn(ctx, r, kreq) })
+	return c.enqueue(&pending{corr: h.corr, key: h.key, fn: spec.fn, kreq: kreq,
+		r: request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}})
 }
 
 // answerInline runs fn, which must not wait and must not keep r or req, on
@@ -408,10 +416,15 @@ func (c *conn) handlerPanicked(h header, v any) {
 	c.close()
 }
 
-// enqueue reserves the next answer slot (blocking while maxInFlight requests
-// are outstanding) and runs fn in a worker goroutine.
-func (c *conn) enqueue(h header, fn func(context.Context) kmsg.Response) error {
-	p := &pending{corr: h.corr, key: h.key, done: make(chan struct{})}
+// enqueue reserves the next answer slot for p (blocking while maxInFlight
+// requests are outstanding) and hands p's work to a worker goroutine; p
+// without work carries its answer already.
+func (c *conn) enqueue(p *pending) error {
+	if p.fn == nil {
+		p.done = answered
+	} else {
+		p.done = make(chan struct{})
+	}
 	c.wmu.Lock()
 	c.queued++
 	c.wmu.Unlock()
@@ -420,40 +433,45 @@ func (c *conn) enqueue(h header, fn func(context.Context) kmsg.Response) error {
 	case <-c.ctx.Done():
 		return c.ctx.Err()
 	}
-	c.run(func() {
-		defer close(p.done)
-		defer func() {
-			if v := recover(); v != nil {
-				p.resp = nil
-				c.handlerPanicked(h, v)
-			}
-		}()
-		resp := fn(c.ctx)
-		if resp != nil && h.key != 18 { // apiVersions picks its own answer version
-			resp.SetVersion(h.version)
-		}
-		p.resp = resp
-	})
+	if p.fn != nil {
+		c.run(p)
+	}
 	return nil
 }
 
-// run hands job to an idle worker of the connection, or starts one. Workers
+// work runs p's handler and completes p.
+func (c *conn) work(p *pending) {
+	defer close(p.done)
+	defer func() {
+		if v := recover(); v != nil {
+			p.resp = nil
+			c.handlerPanicked(header{key: p.key, version: p.r.version, corr: p.corr}, v)
+		}
+	}()
+	resp := p.fn(c.ctx, &p.r, p.kreq)
+	if resp != nil {
+		resp.SetVersion(p.r.version)
+	}
+	p.resp = resp
+}
+
+// run hands p to an idle worker of the connection, or starts one. Workers
 // live as long as the connection, so their stacks are grown once rather than
 // per request; there are never more than the requests in flight.
-func (c *conn) run(job func()) {
+func (c *conn) run(p *pending) {
 	select {
-	case c.jobs <- job:
+	case c.jobs <- p:
 		return
 	default:
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		job()
+		c.work(p)
 		for {
 			select {
-			case job := <-c.jobs:
-				job()
+			case p := <-c.jobs:
+				c.work(p)
 			case <-c.ctx.Done():
 				return
 			}
