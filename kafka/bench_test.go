@@ -657,9 +657,10 @@ func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func
 				// the slice it is given, so give it the free tail only.
 				buf = append(buf, fm.AppendRequest(buf[len(buf):], req, corr)...)
 				sent <- req
-				if !select1(credits) {
+				if len(credits) == 0 { // this loop is the only taker
 					break
 				}
+				<-credits
 			}
 			if len(buf) > 0 {
 				if _, err := nc.Write(buf); err != nil {
@@ -675,16 +676,6 @@ func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func
 		return err
 	}
 	return <-readErr
-}
-
-// select1 takes a value from ch if one is ready.
-func select1(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 func heartbeat(m member) kmsg.Request {

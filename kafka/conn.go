@@ -146,7 +146,7 @@ func (c *conn) readLoop() error {
 	var size [4]byte
 	for {
 		if br.Buffered() < len(size) {
-			c.flushInline()
+			c.flush()
 		}
 		if _, err := io.ReadFull(br, size[:]); err != nil {
 			return err
@@ -156,39 +156,28 @@ func (c *conn) readLoop() error {
 			return fmt.Errorf("%w: frame size %d (max %d)", errBadInput, n, c.l.cfg.MaxRequestBytes)
 		}
 		if br.Buffered() < int(n) {
-			c.flushInline()
+			c.flush()
 		}
 		var err error
 		if int(n) <= br.Size() {
-			// Heartbeats answered inline are decoded (strings copied) and
-			// answered before the next read, straight from the buffer;
-			// every other frame gets its own copy, since decoded byte
-			// fields share the frame's memory.
+			// The frame stays in the read buffer while dispatch runs.
 			var frame []byte
 			if frame, err = br.Peek(int(n)); err != nil {
 				return err
 			}
-			if !c.answersInline(frame) {
-				frame = bytes.Clone(frame)
-			}
-			err = c.dispatch(frame)
+			err = c.dispatch(frame, true)
 			br.Discard(int(n))
 		} else {
-			var body []byte
-			if body, err = readBody(br, int(n)); err != nil {
+			var frame []byte
+			if frame, err = readBody(br, int(n)); err != nil {
 				return err
 			}
-			err = c.dispatch(body)
+			err = c.dispatch(frame, false)
 		}
 		if err != nil {
 			return err
 		}
 	}
-}
-
-// answersInline reports whether frame is a request answered on the reader.
-func (c *conn) answersInline(frame []byte) bool {
-	return c.l.inlineHeartbeats && len(frame) >= 2 && binary.BigEndian.Uint16(frame) == 12
 }
 
 // clientIDString returns b as a string, reusing the last one when equal.
@@ -277,7 +266,11 @@ func parseHeader(b []byte) (header, []byte, error) {
 	return h, b, nil
 }
 
-func (c *conn) dispatch(frame []byte) error {
+// dispatch decodes one request frame and answers it, inline or through a
+// worker. A borrowed frame is only valid until dispatch returns: requests
+// answered later decode from a copy, since decoded byte fields share the
+// frame's memory (strings are copied).
+func (c *conn) dispatch(frame []byte, borrowed bool) error {
 	h, body, err := parseHeader(frame)
 	if err != nil {
 		return err
@@ -316,6 +309,9 @@ func (c *conn) dispatch(frame []byte) error {
 		}
 		body = c.tags.src
 	}
+	if borrowed && !inline {
+		body = bytes.Clone(body)
+	}
 	if err := kreq.ReadFrom(body); err != nil {
 		return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
 	}
@@ -349,14 +345,8 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 		}
 		return nil
 	}
-	c.queued++
 	c.wmu.Unlock()
-	select {
-	case c.queue <- &pending{corr: h.corr, key: h.key, done: answered, resp: resp}:
-		return nil
-	case <-c.ctx.Done():
-		return c.ctx.Err()
-	}
+	return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
 }
 
 // answered is the done channel of answers complete when queued.
@@ -366,16 +356,20 @@ var answered = func() chan struct{} {
 	return ch
 }()
 
-// flushInline writes out what the reader left in the output buffer; the
-// reader calls it before it may wait for input.
-func (c *conn) flushInline() {
+// flush writes out the output buffer; the reader calls it before it may
+// wait for input, the writer before it waits for answers. It reports false
+// once writing failed.
+func (c *conn) flush() bool {
 	c.wmu.Lock()
-	if c.out.Buffered() > 0 && !c.werr {
-		if err := c.out.Flush(); err != nil {
-			c.failWrite()
-		}
+	defer c.wmu.Unlock()
+	if c.werr {
+		return false
 	}
-	c.wmu.Unlock()
+	if err := c.out.Flush(); err != nil {
+		c.failWrite()
+		return false
+	}
+	return true
 }
 
 // writeAnswer encodes resp as the answer to request corr into the output
@@ -482,24 +476,12 @@ func (c *conn) run(p *pending) {
 func (c *conn) writeLoop() {
 	// Answers are buffered while more are ready, and flushed before waiting,
 	// so pipelined answers share writes without delaying any of them.
-	flush := func() bool {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		if c.werr {
-			return false
-		}
-		if err := c.out.Flush(); err != nil {
-			c.failWrite()
-			return false
-		}
-		return true
-	}
 	for {
 		var p *pending
 		select {
 		case p = <-c.queue:
 		default:
-			if !flush() {
+			if !c.flush() {
 				return
 			}
 			select {
@@ -513,7 +495,7 @@ func (c *conn) writeLoop() {
 			// answer shares this write; then flush and wait.
 			runtime.Gosched()
 			if !closed(p.done) {
-				if !flush() {
+				if !c.flush() {
 					return
 				}
 				select {
