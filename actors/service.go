@@ -48,16 +48,15 @@ type Service struct {
 // deadline (DefaultCallTimeout without one). A request for a group whose
 // actor exists goes straight to that actor.
 func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, error) {
-	timeout := time.Duration(0)
-	if _, ok := ctx.Deadline(); !ok {
-		timeout = DefaultCallTimeout
-	}
-	return s.CallWithin(ctx, req, timeout)
+	return s.CallWithin(ctx, req, 0)
 }
 
-// CallWithin is Call bounded by timeout as well as by ctx (timeout 0: by ctx
-// only). It saves callers a derived context per call.
+// CallWithin is Call bounded by timeout as well as by ctx; a zero timeout is
+// Call's bound. It saves callers a derived context per call.
 func (s *Service) CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error) {
+	if _, ok := ctx.Deadline(); !ok && timeout <= 0 {
+		timeout = DefaultCallTimeout
+	}
 	target := s.router
 	if gr, ok := req.(groupRequest); ok {
 		if pid, ok := s.env.directory.Load(gr.GetGroupId()); ok {

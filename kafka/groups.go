@@ -39,24 +39,11 @@ const (
 // errBadResponse is returned when Groups answers with the wrong type.
 var errBadResponse = errors.New("unexpected native response type")
 
-// call runs one native request with a deadline and checks the answer's type.
-// A zero timeout leaves the deadline to Groups (requests that never park,
-// such as heartbeats, skip the cost of a deadline per request).
+// call runs one native request within timeout (see Groups) and checks the
+// answer's type.
 func call[Resp proto.Message](ctx context.Context, l *Listener, timeout time.Duration, req proto.Message) (Resp, error) {
 	var zero Resp
-	var m proto.Message
-	var err error
-	switch {
-	case timeout <= 0:
-		m, err = l.groups.Call(ctx, req)
-	case l.timed != nil:
-		m, err = l.timed.CallWithin(ctx, req, timeout)
-	default:
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-		m, err = l.groups.Call(ctx, req)
-	}
+	m, err := l.groups.CallWithin(ctx, req, timeout)
 	if err == nil {
 		r, ok := m.(Resp)
 		if ok && m != nil {

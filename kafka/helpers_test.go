@@ -28,7 +28,12 @@ type fakeGroups struct {
 	fn   func(ctx context.Context, req proto.Message) (proto.Message, error)
 }
 
-func (f *fakeGroups) Call(ctx context.Context, req proto.Message) (proto.Message, error) {
+func (f *fakeGroups) CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	f.mu.Lock()
 	f.reqs = append(f.reqs, proto.Clone(req))
 	fn := f.fn

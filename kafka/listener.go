@@ -21,18 +21,15 @@ import (
 )
 
 // Groups executes one native group request (grouppb.*Request) and returns the
-// matching native response.
+// matching native response. The call is bounded by ctx and by timeout; a
+// zero timeout leaves the bound to ctx's deadline, or to Groups' own default
+// without one (requests that never park, such as heartbeats, skip the cost of
+// a timer per request).
 type Groups interface {
-	Call(ctx context.Context, req proto.Message) (proto.Message, error)
-}
-
-// TimedGroups is implemented by a Groups that can bound a call by a timeout
-// without a derived context; the listener then uses CallWithin.
-type TimedGroups interface {
 	CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error)
 }
 
-// InlineHeartbeats is implemented by a Groups whose Call answers a
+// InlineHeartbeats is implemented by a Groups whose CallWithin answers a
 // HeartbeatRequest without waiting (no parking, no writes, no locks held by
 // others for long). The listener then answers heartbeats on the connection's
 // reader goroutine instead of handing each to a worker.
@@ -145,7 +142,6 @@ type Listener struct {
 	accepted, requests, bad, unsupported, callErrors atomic.Uint64
 	open                                             atomic.Int64
 
-	timed TimedGroups // groups, when it implements TimedGroups
 	// inlineHeartbeats: groups answers heartbeats without waiting.
 	inlineHeartbeats bool
 
@@ -204,7 +200,6 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		autoOn: cfg.AutoCreateTopics,
 		conns:  make(map[*conn]struct{}),
 	}
-	l.timed, _ = groups.(TimedGroups)
 	if ih, ok := groups.(InlineHeartbeats); ok {
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
 	}

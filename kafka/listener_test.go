@@ -524,11 +524,11 @@ func (g timedGroups) CallWithin(ctx context.Context, req proto.Message, timeout 
 		return nil, errors.New("derived context passed along with a timeout")
 	}
 	g.timeouts <- timeout
-	return g.Call(ctx, req)
+	return g.fakeGroups.CallWithin(ctx, req, timeout)
 }
 
-// TestTimedGroupsGetTheCallBound: a Groups implementing CallWithin gets the
-// same bounds a derived context would carry.
+// TestTimedGroupsGetTheCallBound: Groups gets each call's bound as a timeout, the
+// same bound a derived context would carry, and no derived context.
 func TestTimedGroupsGetTheCallBound(t *testing.T) {
 	g := timedGroups{&fakeGroups{}, make(chan time.Duration, 1)}
 	s := startServer(t, g, nil)
