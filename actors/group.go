@@ -57,6 +57,11 @@ type groupActor struct {
 	behavior actor.Behavior
 	self     *actor.PID
 	summary  groupSummary
+	// logged is what the last state log line said.
+	logged struct {
+		gen       int32
+		takeovers int
+	}
 }
 
 func newGroupActor(id string, e *env) actor.Producer {
@@ -276,6 +281,14 @@ func (a *groupActor) stopTimers() {
 
 func (a *groupActor) publishSummary(ctx actor.Context) {
 	s := groupSummary{id: a.id, state: a.g.State(), protocolType: a.g.ProtocolType()}
+	if n := a.g.TakeoverRejoins(); n != a.logged.takeovers {
+		a.logged.takeovers = n
+		a.env.log.Info("member rejoined after takeover, generation kept", slog.String("group", a.id), slog.Int("generation", int(a.g.Generation())), slog.Int("rejoins", n))
+	}
+	if s.state != a.summary.state || a.g.Generation() != a.logged.gen {
+		a.logged.gen = a.g.Generation()
+		a.env.log.Debug("group state", slog.String("group", a.id), slog.String("state", s.state.String()), slog.Int("generation", int(a.logged.gen)), slog.Int("members", a.g.NumMembers()))
+	}
 	if s != a.summary {
 		a.summary = s
 		msg := s // allocated only when sent

@@ -19,6 +19,13 @@ type Config struct {
 	OffsetMetadataMaxBytes        int // offset.metadata.max.bytes
 	// MaxRecordBytes bounds one group-metadata record (Kafka: message.max.bytes).
 	MaxRecordBytes int
+	// DisableTakeoverWindow restores Kafka's rules for members that rejoin
+	// right after a coordinator takes their group over (takeover.go).
+	DisableTakeoverWindow bool
+	// Partitions returns a topic's partition count now (false: no such
+	// topic); the takeover window uses it to see that a generation's
+	// assignments still cover every partition. Nil skips that check.
+	Partitions func(topic string) (int32, bool)
 }
 
 // DefaultConfig returns Kafka's defaults.

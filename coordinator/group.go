@@ -136,6 +136,13 @@ type Group struct {
 	offsets        map[topicPartition]offsetEntry
 	pendingCommits map[topicPartition]int
 
+	// takeover holds, per restored member, the end of its takeover window
+	// (takeover.go); covered caches the partitions the current generation's
+	// assignments cover, per topic, for the window's partition check.
+	takeover        map[string]time.Time
+	takeoverRejoins int
+	covered         map[string]map[int32]bool
+
 	nextToken uint64
 	inflight  map[uint64]persistOp
 	deleting  bool // a group deletion is being written
@@ -220,6 +227,7 @@ func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now t
 			expireMs:    o.GetExpireTimestampMs(),
 		}
 	}
+	g.openTakeoverWindow(now)
 	return g
 }
 
@@ -283,6 +291,9 @@ func (g *Group) transition(to State, now time.Time) {
 	}
 	g.state = to
 	g.stateTime = now
+	if to != Stable {
+		g.takeover, g.covered = nil, nil
+	}
 }
 
 // canRebalance is Kafka's canRebalance.
@@ -342,6 +353,8 @@ func (g *Group) removeMember(m *member, fx *Effects) {
 		g.decProto(p.GetName())
 	}
 	delete(g.members, m.id)
+	g.closeTakeover(m.id)
+	g.covered = nil
 	if i := slices.Index(g.order, m); i >= 0 {
 		g.order = slices.Delete(g.order, i, i+1)
 	}

@@ -135,6 +135,9 @@ func (g *Group) joinKnown(now time.Time, req *pb.JoinGroupRequest, session, reba
 		g.updateMember(m, req, session, rebalance, to, fx)
 		g.prepareRebalance(now, fx)
 	case Stable:
+		if g.takeoverRejoin(now, m, req, to, fx) {
+			return
+		}
 		if m.id != g.leader && m.matches(req.GetProtocols()) {
 			fx.reply(to, g.joinResponse(m, false, false))
 			return
@@ -420,6 +423,7 @@ func (g *Group) renameMember(m *member, newID string, fx *Effects) {
 		m.syncReply = nil
 	}
 	fx.cancel(TimerMember, oldID)
+	g.closeTakeover(oldID)
 	delete(g.members, oldID)
 	m.id = newID
 	g.members[newID] = m

@@ -53,6 +53,7 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		}
 	case Stable:
 		g.removePendingSync(m.id, fx)
+		g.closeTakeover(m.id)
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
 		fx.reply(to, g.syncResponse(m))
 	default: // Empty (unreachable: the member check fails first)
@@ -176,6 +177,7 @@ func (g *Group) Heartbeat(now time.Time, req *pb.HeartbeatRequest, fx *Effects) 
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
 		return ErrRebalanceInProgress
 	case CompletingRebalance, Stable:
+		g.closeTakeover(m.id)
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
 		return ErrNone
 	default:

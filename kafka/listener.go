@@ -86,6 +86,13 @@ type Config struct {
 	// a cluster, so clients know the coordinator) and the controller id; nil
 	// means this listener alone.
 	Brokers func() (brokers []Broker, controller int32)
+	// CaughtUp, when set, waits (bounded) until the topic catalog and the
+	// coordinator registry are at least as new as what this node had
+	// acknowledged before it started, and reports whether they are. Until
+	// they are, Metadata answers every topic LEADER_NOT_AVAILABLE and
+	// FindCoordinator COORDINATOR_NOT_AVAILABLE (both retried by clients)
+	// instead of answering from an older state.
+	CaughtUp func(ctx context.Context) bool
 }
 
 // DefaultConfig returns the defaults: 127.0.0.1:9092, 100 MiB requests,

@@ -30,12 +30,17 @@ func (l *Listener) coordinator(key string) (Broker, int16) {
 	return l.self, errNone
 }
 
-func (l *Listener) findCoordinator(_ context.Context, r *request, req *kmsg.FindCoordinatorRequest) kmsg.Response {
+func (l *Listener) findCoordinator(ctx context.Context, r *request, req *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := kmsg.NewPtrFindCoordinatorResponse()
+	caughtUp := l.cfg.CaughtUp == nil || l.cfg.CaughtUp(ctx)
 	answer := func(key string) (Broker, int16, *string) {
 		if r.version >= 1 && req.CoordinatorType != 0 {
 			// Transactions are not coordinated here.
 			msg := "cohort coordinates consumer groups only"
+			return Broker{NodeID: -1, Port: -1}, errCoordinatorNotAvailable, &msg
+		}
+		if !caughtUp {
+			msg := "this node is catching up with the cluster"
 			return Broker{NodeID: -1, Port: -1}, errCoordinatorNotAvailable, &msg
 		}
 		b, code := l.coordinator(key)
@@ -73,6 +78,24 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 	resp.ControllerID = controller
 
 	all := req.Topics == nil || (r.version == 0 && len(req.Topics) == 0)
+	if l.cfg.CaughtUp != nil && !l.cfg.CaughtUp(ctx) {
+		// Not caught up: no topic may look missing or smaller than a client
+		// already saw it, so none is answered yet.
+		if all {
+			for _, t := range l.topics.List() {
+				mt := kmsg.NewMetadataResponseTopic()
+				mt.Topic, mt.TopicID, mt.ErrorCode = kmsg.StringPtr(t.Name), t.ID, errLeaderNotAvailable
+				resp.Topics = append(resp.Topics, mt)
+			}
+			return resp
+		}
+		for _, rt := range req.Topics {
+			mt := kmsg.NewMetadataResponseTopic()
+			mt.Topic, mt.TopicID, mt.ErrorCode = rt.Topic, rt.TopicID, errLeaderNotAvailable
+			resp.Topics = append(resp.Topics, mt)
+		}
+		return resp
+	}
 	autoCreate := l.autoOn && (r.version < 4 || req.AllowAutoTopicCreation || !l.cfg.AutoCreateOnlyWhenAllowed)
 	add := func(t catalog.Topic, code int16, name *string) {
 		mt := kmsg.NewMetadataResponseTopic()

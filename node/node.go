@@ -141,6 +141,7 @@ type Node struct {
 	cfg        Config
 	log        *slog.Logger
 	raft       *raftfsm.Node
+	caughtUp   *catchUp
 	system     *actor.ActorSystem
 	remote     *remote.Remote
 	service    *actors.Service
@@ -188,6 +189,12 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	log.Info("listening", "listener", "raft", "addr", n.raft.Addr(), "node", rc.NodeID, "bootstrap", rc.Bootstrap)
+	n.caughtUp = newCatchUp(n.raft.Raft)
+	cat := n.raft.Catalog
+	cfg.Group.Partitions = func(topic string) (int32, bool) {
+		t, ok := cat.Get(topic)
+		return t.Partitions, ok
+	}
 	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return log.With("component", "actor")
 	}))
@@ -210,6 +217,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	kcfg.NodeID = n.kafkaID
 	kcfg.Coordinator = n.coordinatorBroker
 	kcfg.Brokers = n.brokers
+	kcfg.CaughtUp = func(ctx context.Context) bool { return n.caughtUp.Wait(ctx, catchUpWait) }
 	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err
@@ -377,10 +385,16 @@ func (n *Node) await(f *actor.Future) (any, error) {
 	}
 }
 
-// coordinatorBroker answers FindCoordinator: the leader's Kafka address.
+// coordinatorBroker answers FindCoordinator: the leader's Kafka address. A
+// follower that has not heard from its leader for a heartbeat timeout does
+// not name it: the leader is probably gone, and a client told to retry
+// finds the next one sooner than a client sent to a dead address.
 func (n *Node) coordinatorBroker(string) (kafka.Broker, int16) {
 	id := n.raft.LeaderID()
 	if id == "" {
+		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
+	}
+	if id != n.raft.ID() && time.Since(n.raft.Raft.LastContact()) > n.raft.HeartbeatTimeout() {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
 	reg, ok := n.raft.FSM.Node(id)
@@ -436,6 +450,10 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 		return handler(srv, ss)
 	}
 }
+
+// CaughtUp reports whether this node's replicated state is at least as new
+// as what it had acknowledged before it started (see catchUp).
+func (n *Node) CaughtUp() bool { return n.caughtUp.Ready() }
 
 // Active reports whether this node coordinates groups now (it leads).
 func (n *Node) Active() bool { return n.active.Load() }

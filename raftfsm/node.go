@@ -196,6 +196,9 @@ func stickyAddr(dir, addr string) (string, error) {
 // Addr returns the Raft address of this node.
 func (n *Node) Addr() string { return string(n.addr) }
 
+// HeartbeatTimeout returns the Raft heartbeat timeout in force.
+func (n *Node) HeartbeatTimeout() time.Duration { return n.Raft.ReloadableConfig().HeartbeatTimeout }
+
 // ID returns the node id.
 func (n *Node) ID() string { return n.cfg.NodeID }
 

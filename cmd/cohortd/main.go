@@ -74,6 +74,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.IntVar(&g.MaxSize, "group-max-size", g.MaxSize, "most members a group may have, 0 for no limit (group.max.size)")
 	fs.DurationVar(&g.NewMemberJoinTimeout, "group-new-member-join-timeout", g.NewMemberJoinTimeout, "how long a new member may wait in its first join phase")
 	fs.DurationVar(&g.OffsetsRetention, "offsets-retention", g.OffsetsRetention, "how long committed offsets of an empty group are kept (offsets.retention.minutes)")
+	takeover := !g.DisableTakeoverWindow
+	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")
 	level := slog.LevelInfo
 	fs.TextVar(&level, "log-level", level, "debug, info, warn or error")
 
@@ -104,6 +106,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 		return cfg, level, fmt.Errorf("max request bytes (%d) and default partitions (%d) must be positive 32-bit numbers", maxReq, parts)
 	}
 	k.MaxRequestBytes, k.DefaultPartitions = int32(maxReq), int32(parts)
+	g.DisableTakeoverWindow = !takeover
 	return cfg, level, cfg.Validate()
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,15 @@ func stdinCommands() <-chan string {
 	return ch
 }
 
+// commitBase is the B of "commit B": partition p is committed at B+p. A
+// bare "commit" commits 100+p.
+func commitBase(args string) int64 {
+	if b, err := strconv.ParseInt(strings.TrimSpace(args), 10, 64); err == nil {
+		return b
+	}
+	return 100
+}
+
 func sortedKeys(m map[int32]bool) []int32 {
 	var out []int32
 	for p, ok := range m {
@@ -79,9 +89,9 @@ func runFranz() int {
 		owned = map[int32]bool{}
 		cl    *kgo.Client
 	)
-	report := func(cl *kgo.Client) {
+	report := func(cl *kgo.Client, event string) {
 		member, gen := cl.GroupMetadata()
-		emit(map[string]any{"owned": sortedKeys(owned), "gen": gen, "member": member})
+		emit(map[string]any{"owned": sortedKeys(owned), "gen": gen, "member": member, "event": event})
 	}
 	balancer := kgo.RangeBalancer()
 	if e.assignor == "cooperative-sticky" {
@@ -89,7 +99,7 @@ func runFranz() int {
 	}
 	var err error
 	cl, err = kgo.NewClient(
-		kgo.SeedBrokers(e.bootstrap),
+		kgo.SeedBrokers(strings.Split(e.bootstrap, ",")...),
 		kgo.ClientID(e.clientID),
 		kgo.ConsumerGroup(e.group),
 		kgo.ConsumeTopics(e.topic),
@@ -105,7 +115,7 @@ func runFranz() int {
 			for _, p := range m[e.topic] {
 				owned[p] = true
 			}
-			report(c)
+			report(c, "assigned")
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, c *kgo.Client, m map[string][]int32) {
 			mu.Lock()
@@ -113,7 +123,7 @@ func runFranz() int {
 			for _, p := range m[e.topic] {
 				delete(owned, p)
 			}
-			report(c)
+			report(c, "revoked")
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, c *kgo.Client, m map[string][]int32) {
 			mu.Lock()
@@ -121,7 +131,7 @@ func runFranz() int {
 			for _, p := range m[e.topic] {
 				delete(owned, p)
 			}
-			report(c)
+			report(c, "lost")
 		}),
 	)
 	if err != nil {
@@ -141,15 +151,17 @@ func runFranz() int {
 			}
 		}
 	}()
-	for cmd := range cmds {
+	for line := range cmds {
+		cmd, args, _ := strings.Cut(line, " ")
 		switch cmd {
 		case "commit":
+			base := commitBase(args)
 			mu.Lock()
 			offs := map[string]map[int32]kgo.EpochOffset{e.topic: {}}
 			want := map[string]int64{}
 			for _, p := range sortedKeys(owned) {
-				offs[e.topic][p] = kgo.EpochOffset{Epoch: -1, Offset: 100 + int64(p)}
-				want[strconv.Itoa(int(p))] = 100 + int64(p)
+				offs[e.topic][p] = kgo.EpochOffset{Epoch: -1, Offset: base + int64(p)}
+				want[strconv.Itoa(int(p))] = base + int64(p)
 			}
 			mu.Unlock()
 			var cerr error
@@ -166,7 +178,7 @@ func runFranz() int {
 				}
 			})
 			if cerr != nil {
-				emit(map[string]any{"error": cerr.Error()})
+				emit(map[string]any{"error": cerr.Error(), "command": "commit"})
 				continue
 			}
 			emit(map[string]any{"committed_own": want})
@@ -215,7 +227,7 @@ func (h *saramaHandler) Setup(s sarama.ConsumerGroupSession) error {
 	if owned == nil {
 		owned = []int32{}
 	}
-	emit(map[string]any{"owned": owned, "gen": s.GenerationID(), "member": s.MemberID()})
+	emit(map[string]any{"owned": owned, "gen": s.GenerationID(), "member": s.MemberID(), "event": "setup"})
 	return nil
 }
 
@@ -223,7 +235,7 @@ func (h *saramaHandler) Cleanup(s sarama.ConsumerGroupSession) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.sess = nil
-	emit(map[string]any{"owned": []int32{}, "gen": s.GenerationID(), "member": s.MemberID()})
+	emit(map[string]any{"owned": []int32{}, "gen": s.GenerationID(), "member": s.MemberID(), "event": "cleanup"})
 	return nil
 }
 
@@ -249,7 +261,7 @@ func runSarama() int {
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg.Consumer.MaxWaitTime = 500 * time.Millisecond
-	client, err := sarama.NewClient([]string{e.bootstrap}, cfg)
+	client, err := sarama.NewClient(strings.Split(e.bootstrap, ","), cfg)
 	if err != nil {
 		emit(map[string]any{"error": err.Error()})
 		return 1
@@ -278,16 +290,18 @@ func runSarama() int {
 			emit(map[string]any{"log": err.Error()})
 		}
 	}()
-	for cmd := range stdinCommands() {
+	for line := range stdinCommands() {
+		cmd, args, _ := strings.Cut(line, " ")
 		switch cmd {
 		case "commit":
+			base := commitBase(args)
 			h.mu.Lock()
 			s := h.sess
 			want := map[string]int64{}
 			if s != nil {
 				for _, p := range s.Claims()[e.topic] {
-					s.MarkOffset(e.topic, p, 100+int64(p), "")
-					want[strconv.Itoa(int(p))] = 100 + int64(p)
+					s.MarkOffset(e.topic, p, base+int64(p), "")
+					want[strconv.Itoa(int(p))] = base + int64(p)
 				}
 				s.Commit()
 			}

@@ -1,5 +1,6 @@
 # A confluent-kafka (librdkafka) consumer driven by the interop tests.
-# Reads commands on stdin (commit, fetch, close), writes JSON lines on stdout.
+# Reads commands on stdin (commit [base], fetch, close), writes JSON lines on
+# stdout. "commit B" commits offset B+p for each owned partition p (B: 100).
 import json
 import os
 import queue
@@ -40,8 +41,8 @@ def member():
         return ""
 
 
-def report():
-    emit(owned=sorted(owned), gen=-1, member=member())
+def report(event):
+    emit(owned=sorted(owned), gen=-1, member=member(), event=event)
 
 
 def on_assign(c, ps):
@@ -50,17 +51,22 @@ def on_assign(c, ps):
         owned |= {p.partition for p in ps}
     else:
         owned = {p.partition for p in ps}
-    report()
+    report("assign")
 
 
 def on_revoke(c, ps):
     owned.difference_update(p.partition for p in ps)
-    report()
+    report("revoke")
+
+
+def on_lost(c, ps):
+    owned.difference_update(p.partition for p in ps)
+    report("lost")
 
 
 consumer = Consumer(conf)
 emit(hello="confluent-kafka %s librdkafka %s" % (version()[0], libversion()[0]))
-consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
 
 cmds = queue.Queue()
 
@@ -78,10 +84,20 @@ while True:
         cmd = cmds.get_nowait()
     except queue.Empty:
         continue
-    if cmd == "commit":
-        offs = [TopicPartition(topic, p, 100 + p) for p in sorted(owned)]
-        consumer.commit(offsets=offs, asynchronous=False)
-        emit(committed_own={str(p): 100 + p for p in owned})
+    if cmd.startswith("commit"):
+        base = int(cmd.split()[1]) if len(cmd.split()) > 1 else 100
+        mine = sorted(owned)
+        offs = [TopicPartition(topic, p, base + p) for p in mine]
+        try:
+            res = consumer.commit(offsets=offs, asynchronous=False) if offs else []
+        except Exception as e:
+            emit(error=str(e), command="commit")
+            continue
+        bad = [tp for tp in res or [] if tp.error]
+        if bad:
+            emit(error=str(bad[0].error), command="commit")
+            continue
+        emit(committed_own={str(p): base + p for p in mine})
     elif cmd == "fetch":
         tps = consumer.committed([TopicPartition(topic, p) for p in range(parts)], timeout=10)
         emit(committed={str(tp.partition): tp.offset for tp in tps})

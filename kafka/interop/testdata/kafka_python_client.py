@@ -1,5 +1,6 @@
 # A kafka-python consumer driven by the interop tests.
-# Reads commands on stdin (commit, fetch, close), writes JSON lines on stdout.
+# Reads commands on stdin (commit [base], fetch, close), writes JSON lines on
+# stdout. "commit B" commits offset B+p for each owned partition p (B: 100).
 import json
 import os
 import queue
@@ -26,20 +27,20 @@ def generation():
     return g.generation_id, g.member_id
 
 
-def report():
+def report(event):
     gen, member = generation()
-    emit(owned=sorted(owned), gen=gen, member=member)
+    emit(owned=sorted(owned), gen=gen, member=member, event=event)
 
 
 class Listener(ConsumerRebalanceListener):
     def on_partitions_revoked(self, revoked):
         owned.difference_update(tp.partition for tp in revoked)
-        report()
+        report("revoked")
 
     def on_partitions_assigned(self, assigned):
         owned.clear()
         owned.update(tp.partition for tp in assigned)
-        report()
+        report("assigned")
 
 
 consumer = KafkaConsumer(
@@ -71,9 +72,16 @@ while True:
         cmd = cmds.get_nowait()
     except queue.Empty:
         continue
-    if cmd == "commit":
-        consumer.commit({TopicPartition(topic, p): OffsetAndMetadata(100 + p, None) for p in owned})
-        emit(committed_own={str(p): 100 + p for p in owned})
+    if cmd.startswith("commit"):
+        base = int(cmd.split()[1]) if len(cmd.split()) > 1 else 100
+        mine = sorted(owned)
+        try:
+            if mine:
+                consumer.commit({TopicPartition(topic, p): OffsetAndMetadata(base + p, None) for p in mine})
+        except Exception as e:
+            emit(error=str(e), command="commit")
+            continue
+        emit(committed_own={str(p): base + p for p in mine})
     elif cmd == "fetch":
         out = {}
         for p in range(parts):

@@ -1,5 +1,6 @@
 // A kafkajs consumer driven by the interop tests.
-// Reads commands on stdin (commit, fetch, close), writes JSON lines on stdout.
+// Reads commands on stdin (commit [base], fetch, close), writes JSON lines on
+// stdout. "commit B" commits offset B+p for each owned partition p (B: 100).
 const { Kafka, logLevel } = require('kafkajs')
 const readline = require('readline')
 
@@ -11,7 +12,10 @@ let owned = []
 
 const emit = (o) => process.stdout.write(JSON.stringify(o) + '\n')
 
-const kafka = new Kafka({ clientId: env.CLIENT_ID, brokers: [env.BOOTSTRAP], logLevel: logLevel.NOTHING })
+// KAFKAJS_LOG=info (or debug, warn, error) writes kafkajs's own log to stderr.
+const level = { debug: logLevel.DEBUG, info: logLevel.INFO, warn: logLevel.WARN, error: logLevel.ERROR }[env.KAFKAJS_LOG] || logLevel.NOTHING
+const logCreator = () => ({ namespace, level, log }) => process.stderr.write(JSON.stringify({ namespace, level, ...log }) + '\n')
+const kafka = new Kafka({ clientId: env.CLIENT_ID, brokers: env.BOOTSTRAP.split(','), logLevel: level, logCreator })
 const consumer = kafka.consumer({
   groupId,
   sessionTimeout: Number(env.SESSION_MS),
@@ -22,7 +26,7 @@ const consumer = kafka.consumer({
 
 consumer.on(consumer.events.GROUP_JOIN, (e) => {
   owned = (e.payload.memberAssignment[topic] || []).slice().sort((a, b) => a - b)
-  emit({ owned, gen: -1, member: e.payload.memberId })
+  emit({ owned, gen: -1, member: e.payload.memberId, event: 'join' })
 })
 
 async function main () {
@@ -33,10 +37,18 @@ async function main () {
   const rl = readline.createInterface({ input: process.stdin })
   for await (const line of rl) {
     const cmd = line.trim()
-    if (cmd === 'commit') {
-      await consumer.commitOffsets(owned.map((p) => ({ topic, partition: p, offset: String(100 + p) })))
+    if (cmd.startsWith('commit')) {
+      const words = cmd.split(/\s+/)
+      const base = words.length > 1 ? Number(words[1]) : 100
+      const mine = owned.slice()
+      try {
+        if (mine.length > 0) await consumer.commitOffsets(mine.map((p) => ({ topic, partition: p, offset: String(base + p) })))
+      } catch (err) {
+        emit({ error: String(err && err.message || err), command: 'commit' })
+        continue
+      }
       const out = {}
-      owned.forEach((p) => { out[String(p)] = 100 + p })
+      mine.forEach((p) => { out[String(p)] = base + p })
       emit({ committed_own: out })
     } else if (cmd === 'fetch') {
       const admin = kafka.admin()

@@ -1,0 +1,412 @@
+// Package clients runs real Kafka consumer-group clients as child processes
+// for tests outside the interop package (the cluster tests): franz-go (kgo),
+// IBM/sarama, librdkafka through confluent-kafka-python, kafka-python and
+// kafkajs. Each client is one process that joins a group, reports every
+// assignment change on stdout as a JSON line and obeys commands on stdin
+// (commit [base], fetch, close): the protocol of the drivers in
+// kafka/interop (testdata/*.py, testdata/*.js, and the Go families that the
+// interop test binary runs when COHORT_INTEROP_CLIENT is set).
+//
+// Missing client libraries are installed on first use: Debian packages with
+// apt-get, kafkajs with npm into a cache folder.
+package clients
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Python is Debian's interpreter, where python3-* packages install.
+const Python = "/usr/bin/python3"
+
+// KafkaJSVersion is the kafkajs release the drivers are tested with.
+const KafkaJSVersion = "2.2.4"
+
+// Family is one client library and how to start one of its consumers.
+type Family struct {
+	Name     string
+	Assignor string // range or cooperative-sticky
+	Static   bool   // members set group.instance.id
+	// SyncCommits says whether a "committed_own" answer means the commit
+	// was acknowledged by the coordinator (sarama's offset manager retries
+	// and reports failures asynchronously, so its answer does not).
+	SyncCommits bool
+	argv        []string
+	env         []string
+}
+
+// Setup prepares the client families: it builds the Go drivers and
+// installs what the other families need. root is the module root.
+type Setup struct {
+	root   string
+	binDir string
+	goBin  string
+	jsDir  string
+}
+
+// NewSetup builds the Go client driver (the interop test binary) into a
+// temporary folder.
+func NewSetup(root string) (*Setup, error) {
+	dir, err := os.MkdirTemp("", "cohort-clients-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Setup{root: root, binDir: dir, goBin: filepath.Join(dir, "interop.test")}
+	cmd := exec.Command("go", "test", "-c", "-o", s.goBin, "./kafka/interop")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("build the Go client drivers: %v\n%s", err, out)
+	}
+	return s, nil
+}
+
+// Close removes the built drivers.
+func (s *Setup) Close() { os.RemoveAll(s.binDir) }
+
+func (s *Setup) testdata(name string) string {
+	return filepath.Join(s.root, "kafka", "interop", "testdata", name)
+}
+
+// Franz is kgo with the given balancer (range or cooperative-sticky).
+func (s *Setup) Franz(assignor string) Family {
+	return Family{Name: "kgo", Assignor: assignor, SyncCommits: true, argv: []string{s.goBin, "-test.run=^$"}, env: []string{"COHORT_INTEROP_CLIENT=franz"}}
+}
+
+// Sarama is IBM/sarama (range, JoinGroup v3).
+func (s *Setup) Sarama() Family {
+	return Family{Name: "sarama", Assignor: "range", argv: []string{s.goBin, "-test.run=^$"}, env: []string{"COHORT_INTEROP_CLIENT=sarama"}}
+}
+
+// Librdkafka is confluent-kafka-python over Debian's librdkafka.
+func (s *Setup) Librdkafka(assignor string, static bool) (Family, error) {
+	if err := EnsureDebian("import confluent_kafka", "python3-confluent-kafka"); err != nil {
+		return Family{}, err
+	}
+	return Family{Name: "librdkafka", Assignor: assignor, Static: static, SyncCommits: true, argv: []string{Python, s.testdata("confluent_client.py")}}, nil
+}
+
+// KafkaPython is Debian's kafka-python (range).
+func (s *Setup) KafkaPython() (Family, error) {
+	if err := EnsureDebian("import kafka", "python3-kafka"); err != nil {
+		return Family{}, err
+	}
+	return Family{Name: "kafka-python", Assignor: "range", SyncCommits: true, argv: []string{Python, s.testdata("kafka_python_client.py")}}, nil
+}
+
+// KafkaJS is kafkajs from npm (range).
+func (s *Setup) KafkaJS() (Family, error) {
+	dir, err := ensureKafkaJS()
+	if err != nil {
+		return Family{}, err
+	}
+	return Family{Name: "kafkajs", Assignor: "range", SyncCommits: true, argv: []string{"node", s.testdata("kafkajs_client.js")}, env: []string{"NODE_PATH=" + filepath.Join(dir, "node_modules")}}, nil
+}
+
+var aptMu sync.Mutex
+
+// EnsureDebian makes sure Debian's python can run check, installing pkg with
+// apt-get when it cannot.
+func EnsureDebian(check, pkg string) error {
+	return ensureWith(pkg, func() error { return exec.Command(Python, "-c", check).Run() })
+}
+
+func ensureWith(pkg string, ok func() error) error {
+	aptMu.Lock()
+	defer aptMu.Unlock()
+	if ok() == nil {
+		return nil
+	}
+	env := append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	install := func() ([]byte, error) {
+		cmd := exec.Command("apt-get", append([]string{"install", "-y", "-q"}, strings.Fields(pkg)...)...)
+		cmd.Env = env
+		return cmd.CombinedOutput()
+	}
+	if out, err := install(); err != nil {
+		update := exec.Command("apt-get", "update", "-q")
+		update.Env = env
+		update.Run()
+		if out2, err := install(); err != nil {
+			return fmt.Errorf("apt-get install %s failed: %v\n%s\n%s", pkg, err, out, out2)
+		}
+	}
+	if err := ok(); err != nil {
+		return fmt.Errorf("%s installed but still missing: %v", pkg, err)
+	}
+	return nil
+}
+
+// ensureKafkaJS installs kafkajs into a cache folder (kept between runs)
+// and returns the folder holding node_modules.
+func ensureKafkaJS() (string, error) {
+	if _, err := exec.LookPath("node"); err != nil {
+		if err := ensureWith("nodejs npm", func() error { _, err := exec.LookPath("node"); return err }); err != nil {
+			return "", err
+		}
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "cohort-kafkajs-"+KafkaJSVersion)
+	pkg := filepath.Join(dir, "node_modules", "kafkajs", "package.json")
+	if installedVersion(pkg) == KafkaJSVersion {
+		return dir, nil
+	}
+	npm := exec.Command("npm", "install", "--no-save", "--no-package-lock", "--no-audit", "--no-fund", "--prefix", dir, "kafkajs@"+KafkaJSVersion)
+	if out, err := npm.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("npm install kafkajs@%s failed: %v\n%s", KafkaJSVersion, err, out)
+	}
+	if v := installedVersion(pkg); v != KafkaJSVersion {
+		return "", fmt.Errorf("kafkajs %q installed, want %s", v, KafkaJSVersion)
+	}
+	return dir, nil
+}
+
+func installedVersion(packageJSON string) string {
+	b, err := os.ReadFile(packageJSON)
+	if err != nil {
+		return ""
+	}
+	var p struct{ Version string }
+	if json.Unmarshal(b, &p) != nil {
+		return ""
+	}
+	return p.Version
+}
+
+// Config is what one consumer is told.
+type Config struct {
+	Bootstrap  []string
+	Group      string
+	Topic      string
+	ClientID   string
+	Partitions int
+	Session    time.Duration
+	// Env is added to the client's environment (KAFKAJS_LOG=info, say).
+	Env []string
+	// StderrPath, when set, is a file that gets the client's whole
+	// standard error (its library's log); StderrTail still works.
+	StderrPath string
+}
+
+// Report is one assignment change a client reported: the partitions it owns
+// after the callback, its generation (-1 when the library does not say) and
+// member id ("" likewise).
+type Report struct {
+	At     time.Time
+	Event  string // the callback, as the driver names it
+	Owned  []int32
+	Gen    int64
+	Member string
+}
+
+// Proc is one running client.
+type Proc struct {
+	Name    string
+	Family  Family
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	replies chan map[string]any
+	done    chan struct{}
+
+	logFile *os.File
+
+	mu      sync.Mutex
+	reports []Report
+	logs    []string
+	stderr  bytes.Buffer
+}
+
+// Start starts one consumer of the family.
+func (f Family) Start(name string, c Config) (*Proc, error) {
+	cmd := exec.Command(f.argv[0], f.argv[1:]...)
+	cmd.Env = append(os.Environ(), f.env...)
+	cmd.Env = append(cmd.Env,
+		"BOOTSTRAP="+strings.Join(c.Bootstrap, ","), "GROUP="+c.Group, "TOPIC="+c.Topic, "CLIENT_ID="+c.ClientID,
+		fmt.Sprintf("PARTITIONS=%d", c.Partitions), fmt.Sprintf("SESSION_MS=%d", c.Session.Milliseconds()),
+		"ASSIGNOR="+f.Assignor)
+	if f.Static {
+		cmd.Env = append(cmd.Env, "INSTANCE_ID="+c.ClientID)
+	}
+	cmd.Env = append(cmd.Env, c.Env...)
+	p := &Proc{Name: name, Family: f, cmd: cmd, replies: make(chan map[string]any, 64), done: make(chan struct{})}
+	var err error
+	if p.stdin, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = &cappedWriter{mu: &p.mu, w: &p.stderr}
+	if c.StderrPath != "" {
+		f, err := os.OpenFile(c.StderrPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		p.logFile = f
+		cmd.Stderr = io.MultiWriter(cmd.Stderr, f)
+	}
+	if err := cmd.Start(); err != nil {
+		if p.logFile != nil {
+			p.logFile.Close()
+		}
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go p.read(stdout)
+	return p, nil
+}
+
+func (p *Proc) read(stdout io.Reader) {
+	defer close(p.done)
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			continue
+		}
+		switch {
+		case m["owned"] != nil:
+			r := Report{At: time.Now(), Gen: -1, Owned: []int32{}}
+			for _, v := range m["owned"].([]any) {
+				r.Owned = append(r.Owned, int32(v.(float64)))
+			}
+			slices.Sort(r.Owned)
+			if g, ok := m["gen"].(float64); ok {
+				r.Gen = int64(g)
+			}
+			r.Member, _ = m["member"].(string)
+			r.Event, _ = m["event"].(string)
+			p.mu.Lock()
+			p.reports = append(p.reports, r)
+			p.mu.Unlock()
+		case m["hello"] != nil, m["log"] != nil:
+			p.mu.Lock()
+			p.logs = append(p.logs, fmt.Sprint(m["hello"], m["log"]))
+			p.mu.Unlock()
+		default:
+			select {
+			case p.replies <- m:
+			default:
+			}
+		}
+	}
+	p.cmd.Wait()
+	if p.logFile != nil {
+		p.logFile.Close()
+	}
+}
+
+// Reports returns every assignment change reported so far.
+func (p *Proc) Reports() []Report {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.reports)
+}
+
+// Last returns the latest report, false before the first.
+func (p *Proc) Last() (Report, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.reports) == 0 {
+		return Report{}, false
+	}
+	return p.reports[len(p.reports)-1], true
+}
+
+// StderrTail returns the end of the client's standard error.
+func (p *Proc) StderrTail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stderr.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// ErrCommand is a command the client answered with an error.
+var ErrCommand = errors.New("client command failed")
+
+// Request sends a command and waits for the answer carrying key. An error
+// answer is returned wrapped in ErrCommand.
+func (p *Proc) Request(cmd, key string, timeout time.Duration) (map[string]any, error) {
+	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
+		return nil, fmt.Errorf("%s: send %q: %w", p.Name, cmd, err)
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case m := <-p.replies:
+			if e, ok := m["error"]; ok {
+				return nil, fmt.Errorf("%w: %s: %s: %v", ErrCommand, p.Name, cmd, e)
+			}
+			if _, ok := m[key]; ok {
+				return m, nil
+			}
+		case <-p.done:
+			return nil, fmt.Errorf("%s exited during %q; stderr:\n%s", p.Name, cmd, p.StderrTail())
+		case <-deadline.C:
+			return nil, fmt.Errorf("%s: no answer to %q within %v", p.Name, cmd, timeout)
+		}
+	}
+}
+
+// Close asks the client to leave and exit, and kills it if it does not
+// within timeout.
+func (p *Proc) Close(timeout time.Duration) error {
+	_, err := p.Request("close", "closed", timeout)
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		p.Kill()
+		return fmt.Errorf("%s did not exit after close", p.Name)
+	}
+	return err
+}
+
+// Kill ends the client with SIGKILL and waits for it.
+func (p *Proc) Kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Exited reports whether the process has ended.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+type cappedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (c *cappedWriter) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w.Len() > 64<<10 {
+		return len(b), nil
+	}
+	return c.w.Write(b)
+}

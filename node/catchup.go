@@ -1,0 +1,78 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// catchUp tracks whether this node's replicated state is at least as new as
+// everything it had acknowledged before it started: the entries already in
+// its Raft log when it opened it. Until then (right after a start or a
+// restart, before a leader has told it which of those entries are
+// committed) its catalog and registry may lack what clients already saw, so
+// Metadata and FindCoordinator wait for it (bounded) rather than answer from
+// an older state: a restarted node that answered an existing topic with no
+// partitions was enough to make librdkafka consumers rebalance.
+//
+// Once caught up a node stays so: Raft applies entries in order, so its
+// state never goes back, and later entries reach it as on any follower.
+type catchUp struct {
+	raft   *raft.Raft
+	target uint64 // last log index at start
+	mu     sync.Mutex
+	done   bool
+}
+
+func newCatchUp(r *raft.Raft) *catchUp {
+	return &catchUp{raft: r, target: r.LastIndex()}
+}
+
+// check re-evaluates the condition: a leader is known and every entry the
+// node had at start is applied.
+func (c *catchUp) check() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return true
+	}
+	if _, id := c.raft.LeaderWithID(); id == "" || c.raft.AppliedIndex() < c.target {
+		return false
+	}
+	c.done = true
+	return true
+}
+
+// Ready reports whether the node has caught up.
+func (c *catchUp) Ready() bool { return c.check() }
+
+// Wait waits until the node has caught up, ctx ends or max passes, and
+// reports whether it has.
+func (c *catchUp) Wait(ctx context.Context, max time.Duration) bool {
+	if c.check() {
+		return true
+	}
+	deadline := time.NewTimer(max)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline.C:
+			return c.check()
+		case <-tick.C:
+			if c.check() {
+				return true
+			}
+		}
+	}
+}
+
+// catchUpWait bounds how long a Metadata or FindCoordinator request waits
+// for a starting node to catch up before it is answered with a retriable
+// error. A follower normally catches up within one leader heartbeat.
+const catchUpWait = 5 * time.Second
