@@ -28,6 +28,15 @@
 // the JoinGroups once it is durable; a restored group continues above the
 // reserved generation while its members keep the generation they hold.
 //
+// A takeover does not become a rebalance. Clients that lose their
+// coordinator often send JoinGroup again with their member id, and Kafka
+// rebalances when that member leads or its metadata changed in any byte. In
+// the takeover window (takeover.go: after a group is restored, until each
+// member speaks to the new coordinator, at most a session timeout) an
+// unchanged rejoin gets the current generation back, the leader's with
+// SkipAssignment (KIP-814). Config.DisableTakeoverWindow restores Kafka's
+// rules.
+//
 // Deterministic choices where Kafka leaves order to a hash map:
 //   - members are kept in join order; when the leader leaves, the oldest
 //     remaining member becomes leader; at join completion a leader that did not
