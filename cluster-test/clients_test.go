@@ -24,6 +24,15 @@ import (
 // cluster whose leader is killed (SIGKILL) and restarted again and again,
 // and whose followers are restarted too.
 
+// kafkajsRetries is the kafkajs consumers' retry count. kafkajs does not
+// look for a new coordinator on a connection error: it keeps dialing the
+// dead one, and its failures add up across failovers until, after 5 (its
+// default), the consumer crashes, leaves the group and restarts as a new
+// member. With a leader killed every 7 s that happened within ten kills, so
+// the test's consumers, like an application that expects failovers, allow
+// more.
+const kafkajsRetries = 20
+
 const (
 	rcMembers    = 3
 	rcPartitions = 6
@@ -104,7 +113,7 @@ func startClientGroup(t *testing.T, c *Cluster, conns *Conns, fam clients.Family
 	}
 	for i := range rcMembers {
 		id := fmt.Sprintf("%s-%d", fam.Name, i)
-		cfg := clients.Config{Bootstrap: c.KafkaAddrs(), Group: g.name, Topic: g.topic, ClientID: id, Partitions: rcPartitions, Session: rcSession, Env: []string{"KAFKAJS_LOG=info"}}
+		cfg := clients.Config{Bootstrap: c.KafkaAddrs(), Group: g.name, Topic: g.topic, ClientID: id, Partitions: rcPartitions, Session: rcSession, Env: []string{"KAFKAJS_LOG=info", "KAFKAJS_RETRIES=" + strconv.Itoa(kafkajsRetries)}}
 		if dir := os.Getenv("COHORT_CLUSTER_LOG_DIR"); dir != "" {
 			cfg.StderrPath = filepath.Join(dir, t.Name()+"-"+id+".log")
 		}
@@ -393,6 +402,18 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 		time.Sleep(3 * time.Second)
 		c.Restart(leader.Index)
 		c.WaitConverged(30 * time.Second)
+		// A quiet window: the next fault comes once every family that
+		// acknowledges its commits has had one acknowledged since this
+		// kill, so faults do not pile onto a client still recovering.
+		quiet := time.Now().Add(30 * time.Second)
+		for _, g := range groups {
+			for g.fam.SyncCommits && time.Now().Before(quiet) {
+				if _, ok := g.firstAckAfter(at); ok {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
 		time.Sleep(time.Second)
 	}
 	// Every group settles again before the followers restart: from here on

@@ -86,14 +86,29 @@ type Config struct {
 	// a cluster, so clients know the coordinator) and the controller id; nil
 	// means this listener alone.
 	Brokers func() (brokers []Broker, controller int32)
-	// CaughtUp, when set, waits (bounded) until the topic catalog and the
+	// CaughtUp, when set, waits up to wait until the topic catalog and the
 	// coordinator registry are at least as new as what this node had
 	// acknowledged before it started, and reports whether they are. Until
 	// they are, Metadata answers every topic LEADER_NOT_AVAILABLE and
 	// FindCoordinator COORDINATOR_NOT_AVAILABLE (both retried by clients)
-	// instead of answering from an older state.
-	CaughtUp func(ctx context.Context) bool
+	// instead of answering from an older state. Metadata for topics the
+	// catalog knows is answered at once (a topic's partition count never
+	// changes); otherwise it waits up to MetadataCatchUpWait first, since
+	// some clients (librdkafka) rebalance when a topic they consume shows
+	// an error. FindCoordinator does not wait, so a client asks another
+	// node at once.
+	CaughtUp func(ctx context.Context, wait time.Duration) bool
 }
+
+// MetadataCatchUpWait bounds how long a Metadata request on a node that
+// has not caught up waits before it is answered LEADER_NOT_AVAILABLE (only
+// a request that names a topic the node does not know, or asks for all,
+// waits). A restarted follower learns its leader within a heartbeat, but
+// the entries it already holds are committed only when the leader next
+// replicates to it, and hashicorp/raft backs off retrying a peer that
+// failed, up to 10.24 s: after an outage of a few seconds that took 1-4 s
+// here. Every Kafka client waits longer than this for an answer.
+const MetadataCatchUpWait = 11 * time.Second
 
 // DefaultConfig returns the defaults: 127.0.0.1:9092, 100 MiB requests,
 // auto-created topics with 1 partition.

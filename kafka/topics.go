@@ -32,7 +32,7 @@ func (l *Listener) coordinator(key string) (Broker, int16) {
 
 func (l *Listener) findCoordinator(ctx context.Context, r *request, req *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := kmsg.NewPtrFindCoordinatorResponse()
-	caughtUp := l.cfg.CaughtUp == nil || l.cfg.CaughtUp(ctx)
+	caughtUp := l.cfg.CaughtUp == nil || l.cfg.CaughtUp(ctx, 0)
 	answer := func(key string) (Broker, int16, *string) {
 		if r.version >= 1 && req.CoordinatorType != 0 {
 			// Transactions are not coordinated here.
@@ -78,7 +78,7 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 	resp.ControllerID = controller
 
 	all := req.Topics == nil || (r.version == 0 && len(req.Topics) == 0)
-	if l.cfg.CaughtUp != nil && !l.cfg.CaughtUp(ctx) {
+	if l.cfg.CaughtUp != nil && !l.cfg.CaughtUp(ctx, 0) && (all || !l.allKnown(req.Topics)) && !l.cfg.CaughtUp(ctx, MetadataCatchUpWait) {
 		// Not caught up: no topic may look missing or smaller than a client
 		// already saw it, so none is answered yet.
 		if all {
@@ -155,6 +155,26 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 		add(t, errNone, kmsg.StringPtr(name))
 	}
 	return resp
+}
+
+// allKnown reports whether every topic a Metadata request names is in the
+// catalog. A node that has not caught up answers those at once: a topic
+// never changes its partition count, so what the catalog holds of it is
+// current (or the topic was deleted since, which shows it a moment too
+// long rather than too short).
+func (l *Listener) allKnown(topics []kmsg.MetadataRequestTopic) bool {
+	for _, rt := range topics {
+		if rt.Topic == nil {
+			if _, ok := l.topics.GetByID(rt.TopicID); !ok {
+				return false
+			}
+			continue
+		}
+		if _, ok := l.topics.Get(*rt.Topic); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *Listener) partitions(t catalog.Topic) []kmsg.MetadataResponseTopicPartition {

@@ -13,9 +13,10 @@ import (
 // its Raft log when it opened it. Until then (right after a start or a
 // restart, before a leader has told it which of those entries are
 // committed) its catalog and registry may lack what clients already saw, so
-// Metadata and FindCoordinator wait for it (bounded) rather than answer from
-// an older state: a restarted node that answered an existing topic with no
-// partitions was enough to make librdkafka consumers rebalance.
+// Metadata waits for it (bounded) and FindCoordinator refuses rather than
+// answer from an older state: a restarted node that answered an existing
+// topic with no partitions was enough to make librdkafka consumers
+// rebalance.
 //
 // Once caught up a node stays so: Raft applies entries in order, so its
 // state never goes back, and later entries reach it as on any follower.
@@ -51,8 +52,8 @@ func (c *catchUp) Ready() bool { return c.check() }
 // Wait waits until the node has caught up, ctx ends or max passes, and
 // reports whether it has.
 func (c *catchUp) Wait(ctx context.Context, max time.Duration) bool {
-	if c.check() {
-		return true
+	if ok := c.check(); ok || max <= 0 {
+		return ok
 	}
 	deadline := time.NewTimer(max)
 	defer deadline.Stop()
@@ -71,8 +72,3 @@ func (c *catchUp) Wait(ctx context.Context, max time.Duration) bool {
 		}
 	}
 }
-
-// catchUpWait bounds how long a Metadata or FindCoordinator request waits
-// for a starting node to catch up before it is answered with a retriable
-// error. A follower normally catches up within one leader heartbeat.
-const catchUpWait = 5 * time.Second

@@ -217,7 +217,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	kcfg.NodeID = n.kafkaID
 	kcfg.Coordinator = n.coordinatorBroker
 	kcfg.Brokers = n.brokers
-	kcfg.CaughtUp = func(ctx context.Context) bool { return n.caughtUp.Wait(ctx, catchUpWait) }
+	kcfg.CaughtUp = n.caughtUp.Wait
 	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err

@@ -15,12 +15,16 @@ const emit = (o) => process.stdout.write(JSON.stringify(o) + '\n')
 // KAFKAJS_LOG=info (or debug, warn, error) writes kafkajs's own log to stderr.
 const level = { debug: logLevel.DEBUG, info: logLevel.INFO, warn: logLevel.WARN, error: logLevel.ERROR }[env.KAFKAJS_LOG] || logLevel.NOTHING
 const logCreator = () => ({ namespace, level, log }) => process.stderr.write(JSON.stringify({ namespace, level, ...log }) + '\n')
-const kafka = new Kafka({ clientId: env.CLIENT_ID, brokers: env.BOOTSTRAP.split(','), logLevel: level, logCreator })
+// KAFKAJS_RETRIES overrides kafkajs's retry count (5): after that many failed
+// attempts in a row the consumer crashes, leaves its group and restarts.
+const retry = env.KAFKAJS_RETRIES ? { retries: Number(env.KAFKAJS_RETRIES) } : undefined
+const kafka = new Kafka({ clientId: env.CLIENT_ID, brokers: env.BOOTSTRAP.split(','), logLevel: level, logCreator, retry })
 const consumer = kafka.consumer({
   groupId,
   sessionTimeout: Number(env.SESSION_MS),
   rebalanceTimeout: 10000,
   heartbeatInterval: 500,
+  retry,
   maxWaitTimeInMs: 500,
 })
 
