@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -143,7 +144,7 @@ func formatAssignment(m groupMember) string {
 		return "-"
 	}
 	var parts []string
-	for _, t := range slices.Sorted(mapsKeys(m.Assignment)) {
+	for _, t := range slices.Sorted(maps.Keys(m.Assignment)) {
 		ps := make([]string, len(m.Assignment[t]))
 		for i, p := range m.Assignment[t] {
 			ps[i] = strconv.Itoa(int(p))
@@ -151,16 +152,6 @@ func formatAssignment(m groupMember) string {
 		parts = append(parts, t+":"+strings.Join(ps, ","))
 	}
 	return strings.Join(parts, " ")
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func (c *cli) groupsDelete(ctx context.Context, group string) error {
