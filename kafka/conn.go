@@ -15,27 +15,12 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Kafka error codes used by the listener itself.
-const (
-	errNone                      int16 = 0
-	errUnknownServerError        int16 = -1
-	errUnknownTopicOrPartition   int16 = 3
-	errLeaderNotAvailable        int16 = 5
-	errRequestTimedOut           int16 = 7
-	errCoordinatorNotAvailable   int16 = 15
-	errInvalidTopic              int16 = 17
-	errInconsistentGroupProtocol int16 = 23
-	errUnsupportedVersion        int16 = 35
-	errTopicAlreadyExists        int16 = 36
-	errInvalidPartitions         int16 = 37
-	errInvalidReplicationFactor  int16 = 38
-	errNotController             int16 = 41
-	errInvalidRequest            int16 = 42
-	errUnknownTopicID            int16 = 100
-)
+// errNone is the code of success; every other code is a kerr error.
+const errNone int16 = 0
 
 // errBadInput marks input that closes the connection.
 var errBadInput = errors.New("bad input")
@@ -276,10 +261,10 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		return err
 	}
 	c.l.requests.Add(1)
-	if h.key == 18 { // ApiVersions: any version gets an answer, at the version it picks
+	if h.key == kmsg.ApiVersions.Int16() { // ApiVersions: any version gets an answer, at the version it picks
 		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: c.l.apiVersions(h.version)})
 	}
-	inline := h.key == 12 && c.l.inlineHeartbeats
+	inline := h.key == kmsg.Heartbeat.Int16() && c.l.inlineHeartbeats
 	var kreq kmsg.Request
 	if inline {
 		c.hb.Default()
@@ -298,7 +283,7 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		c.l.unsupported.Add(1)
 		resp := kreq.ResponseKind()
 		resp.SetVersion(h.version)
-		setTopLevelError(resp, errUnsupportedVersion)
+		setTopLevelError(resp, kerr.UnsupportedVersion.Code)
 		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
 	}
 	if kreq.IsFlexible() {
@@ -381,7 +366,7 @@ func (c *conn) writeAnswer(corr int32, key int16, resp kmsg.Response) bool {
 	buf := c.out.AvailableBuffer()
 	buf = append(buf, 0, 0, 0, 0)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(corr))
-	if resp.IsFlexible() && key != 18 { // ApiVersions answers always use header v0
+	if resp.IsFlexible() && key != kmsg.ApiVersions.Int16() { // ApiVersions answers always use header v0
 		buf = append(buf, 0)
 	}
 	buf = resp.AppendTo(buf)
