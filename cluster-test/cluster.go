@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohort-coord/cohort/admin"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 )
 
@@ -97,7 +98,7 @@ func (n *Node) aliveLocked() bool {
 type Cluster struct {
 	T      testing.TB
 	Opts   Options
-	Admin  *Admin
+	Admin  *admin.Client
 	bin    string
 	logDir string
 
@@ -439,7 +440,7 @@ func (c *Cluster) StatusOf(nodes []*Node, timeout time.Duration) ([]*clusterpb.S
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sts[i], errs[i] = c.Admin.Status(n.RemoteAddr, timeout)
+			sts[i], errs[i] = status(c.Admin, n.RemoteAddr, timeout)
 		}()
 	}
 	wg.Wait()
@@ -497,7 +498,7 @@ func (c *Cluster) WaitVoters(ids []string, timeout time.Duration) *Node {
 	var last string
 	for {
 		if l := c.Leader(); l != nil {
-			st, err := c.Admin.Status(l.RemoteAddr, 2*time.Second)
+			st, err := status(c.Admin, l.RemoteAddr, 2*time.Second)
 			if err == nil {
 				got := sortedCopy(Voters(st))
 				last = fmt.Sprintf("leader %s voters %v", l.ID, got)

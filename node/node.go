@@ -18,13 +18,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
 	"google.golang.org/grpc"
 
 	"github.com/cohort-coord/cohort/actors"
+	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
 	"github.com/cohort-coord/cohort/kafka"
@@ -336,45 +335,17 @@ func (n *Node) joinTargets() []string {
 func (n *Node) askJoin(addr string) error {
 	reg := n.self()
 	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr}
-	for hop := 0; hop < 3; hop++ {
-		res, err := n.await(n.system.Root.RequestFuture(actor.NewPID(addr, AdminName), join, 10*time.Second))
-		if err != nil {
-			return err
-		}
-		r, ok := res.(*clusterpb.JoinResponse)
-		if !ok {
-			return fmt.Errorf("unexpected answer %T", res)
-		}
-		if r.GetError() == "" {
-			return nil
-		}
-		if r.GetLeaderRemoteAddr() == "" || r.GetLeaderRemoteAddr() == addr {
-			return errors.New(r.GetError())
-		}
-		addr = r.GetLeaderRemoteAddr()
-	}
-	return errors.New("no leader found")
-}
-
-var errStopping = errors.New("node is stopping")
-
-// await waits for a future unless the node stops first.
-func (n *Node) await(f *actor.Future) (any, error) {
-	type result struct {
-		v   any
-		err error
-	}
-	ch := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	go func() {
-		v, err := f.Result()
-		ch <- result{v, err}
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
 	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-n.stop:
-		return nil, errStopping
-	}
+	_, err := admin.NewClient(n.system).DoOnLeader(ctx, addr, join)
+	return err
 }
 
 // coordinatorBroker answers FindCoordinator: the leader's Kafka address.
@@ -473,7 +444,7 @@ func (n *Node) RemoteAddr() string { return n.remoteAddr }
 // Shutdown stops the node gracefully: a leader first hands leadership to
 // another voter, so members see a failover without a session timeout.
 func (n *Node) Shutdown() error {
-	if n.raft != nil && n.raft.IsLeader() && len(n.voters()) > 1 {
+	if n.raft != nil && n.raft.IsLeader() && len(n.raft.Voters()) > 1 {
 		if err := n.raft.Raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
@@ -481,20 +452,6 @@ func (n *Node) Shutdown() error {
 		}
 	}
 	return n.Close()
-}
-
-func (n *Node) voters() []string {
-	f := n.raft.Raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	var ids []string
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			ids = append(ids, string(s.ID))
-		}
-	}
-	return ids
 }
 
 // Close stops the node at once: Kafka listener, group actors, native API,
