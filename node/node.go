@@ -219,6 +219,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
 	n.bg.Add(1)
 	go n.watchLeadership()
+	go n.stopOnHalt()
 	if n.remote != nil {
 		n.bg.Add(1)
 		go n.register()
@@ -492,7 +493,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-n.stop:
+		return n.raft.FSM.HaltErr()
+	}
 	n.log.Info("shutting down")
 	return n.Shutdown()
 }
