@@ -28,6 +28,8 @@ type env struct {
 	// directory maps group ids to their actors for local calls, which go
 	// straight to the group actor; the router keeps it current.
 	directory *directory
+	// observer, when set, keeps the groups' views, history and metrics.
+	observer *Observer
 }
 
 // call is a local request: the answer goes to reply (capacity 1).

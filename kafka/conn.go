@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -75,6 +76,8 @@ type pending struct {
 	fn   handlerFunc
 	r    request
 	kreq kmsg.Request
+
+	start time.Time // when queued; set only with metrics
 }
 
 type request struct {
@@ -319,12 +322,19 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 			err = fmt.Errorf("request handler panicked")
 		}
 	}()
+	var start time.Time
+	if c.l.metrics != nil {
+		start = time.Now()
+	}
 	resp := fn(c.ctx, r, req)
 	resp.SetVersion(h.version)
 	c.wmu.Lock()
 	if c.queued == 0 {
 		ok := c.writeAnswer(h.corr, h.key, resp)
 		c.wmu.Unlock()
+		if c.l.metrics != nil {
+			c.l.metrics.observe(h.key, resp, start)
+		}
 		if !ok {
 			return net.ErrClosed
 		}
@@ -403,6 +413,9 @@ func (c *conn) enqueue(p *pending) error {
 		p.done = answered
 	} else {
 		p.done = make(chan struct{})
+	}
+	if c.l.metrics != nil {
+		p.start = time.Now()
 	}
 	c.wmu.Lock()
 	c.queued++
@@ -496,6 +509,9 @@ func (c *conn) writeLoop() {
 		c.wmu.Unlock()
 		if !ok {
 			return
+		}
+		if c.l.metrics != nil && p.resp != nil {
+			c.l.metrics.observe(p.key, p.resp, p.start)
 		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cohort-coord/cohort/catalog"
 )
 
@@ -86,6 +88,9 @@ type Config struct {
 	// a cluster, so clients know the coordinator) and the controller id; nil
 	// means this listener alone.
 	Brokers func() (brokers []Broker, controller int32)
+	// Metrics, when set, receives the listener's Prometheus series
+	// (requests by API and error code, their latency, connections).
+	Metrics prometheus.Registerer
 }
 
 // DefaultConfig returns the defaults: 127.0.0.1:9092, 100 MiB requests,
@@ -144,6 +149,8 @@ type Listener struct {
 
 	// inlineHeartbeats: groups answers heartbeats without waiting.
 	inlineHeartbeats bool
+	// metrics is nil without Config.Metrics.
+	metrics *metrics
 
 	// onJoin, when set (tests), observes every JoinGroup version received.
 	onJoin func(clientID string, version int16)
@@ -204,6 +211,9 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
 	}
 	l.apis, l.version = l.apiTable()
+	if cfg.Metrics != nil {
+		l.metrics = newMetrics(cfg.Metrics, l)
+	}
 	return l, nil
 }
 
