@@ -121,6 +121,8 @@ func (n *Node) status() *clusterpb.StatusResponse {
 		CommitIndex:  num("commit_index"),
 		FsmHash:      n.raft.FSM.Hash(),
 	}
+	ready := n.Readiness()
+	resp.Ready, resp.NotReady = ready.Ready(), ready.Failing()
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		resp.Error = err.Error()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/cohort-coord/cohort/actors"
@@ -27,6 +28,7 @@ import (
 	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
 	"github.com/cohort-coord/cohort/kafka"
+	"github.com/cohort-coord/cohort/ops"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 	"github.com/cohort-coord/cohort/raftfsm"
@@ -55,6 +57,12 @@ type Config struct {
 	// to be added as a voter (again on every start, which is harmless).
 	Join   string
 	Logger *slog.Logger
+	// HTTPAddr is where the operator HTTP listener serves /metrics,
+	// /healthz, /readyz and the status page; empty disables it.
+	HTTPAddr string
+	// Metrics is the registry the node's metrics go to; nil: a registry of
+	// its own, with the Go runtime and process collectors.
+	Metrics *prometheus.Registry
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -83,6 +91,11 @@ func (c Config) Validate() error {
 	}
 	if err := validateAddr(c.Kafka.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("kafka addr: %w", err))
+	}
+	if c.HTTPAddr != "" {
+		if err := validateAddr(c.HTTPAddr); err != nil {
+			errs = append(errs, fmt.Errorf("http addr: %w", err))
+		}
 	}
 	if c.Kafka.AdvertisedAddr != "" {
 		if err := validateAddr(c.Kafka.AdvertisedAddr); err != nil {
@@ -153,6 +166,9 @@ type Node struct {
 	bg         sync.WaitGroup
 	closeOnce  sync.Once
 	active     atomic.Bool
+	registry   *prometheus.Registry
+	observer   *actors.Observer
+	http       *ops.Server
 }
 
 // activateTimeout bounds the switch of the group service on a leadership change.
@@ -187,6 +203,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	log.Info("listening", "listener", "raft", "addr", n.raft.Addr(), "node", rc.NodeID, "bootstrap", rc.Bootstrap)
+	if err = n.startMetrics(); err != nil {
+		return nil, err
+	}
 	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return log.With("component", "actor")
 	}))
@@ -195,7 +214,7 @@ func Start(cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true})
+	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true, Observer: n.observer})
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +228,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	kcfg.NodeID = n.kafkaID
 	kcfg.Coordinator = n.coordinatorBroker
 	kcfg.Brokers = n.brokers
+	kcfg.Metrics = n.registry
 	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err
@@ -217,6 +237,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	kctx, n.stopKafka = context.WithCancel(context.Background())
 	n.kafkaDone = make(chan error, 1)
 	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
+	if err = n.startHTTP(); err != nil {
+		return nil, err
+	}
 	n.bg.Add(1)
 	go n.watchLeadership()
 	go n.stopOnHalt()
@@ -461,6 +484,7 @@ func (n *Node) Close() error {
 	var err error
 	n.closeOnce.Do(func() {
 		close(n.stop)
+		n.stopHTTP()
 		if n.stopKafka != nil {
 			n.stopKafka()
 			<-n.kafkaDone

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -76,18 +77,20 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 }
 
 type nodeStatus struct {
-	NodeID       string `json:"node_id"`
-	Suffrage     string `json:"suffrage"`
-	State        string `json:"state"`
-	LeaderID     string `json:"leader_id"`
-	Term         uint64 `json:"term"`
-	AppliedIndex uint64 `json:"applied_index"`
-	CommitIndex  uint64 `json:"commit_index"`
-	FSMHash      string `json:"fsm_hash"`
-	RaftAddr     string `json:"raft_addr"`
-	RemoteAddr   string `json:"remote_addr"`
-	KafkaAddr    string `json:"kafka_addr"`
-	Error        string `json:"error,omitempty"`
+	NodeID       string   `json:"node_id"`
+	Suffrage     string   `json:"suffrage"`
+	State        string   `json:"state"`
+	LeaderID     string   `json:"leader_id"`
+	Term         uint64   `json:"term"`
+	AppliedIndex uint64   `json:"applied_index"`
+	CommitIndex  uint64   `json:"commit_index"`
+	FSMHash      string   `json:"fsm_hash"`
+	Ready        bool     `json:"ready"`
+	NotReady     []string `json:"not_ready,omitempty"`
+	RaftAddr     string   `json:"raft_addr"`
+	RemoteAddr   string   `json:"remote_addr"`
+	KafkaAddr    string   `json:"kafka_addr"`
+	Error        string   `json:"error,omitempty"`
 }
 
 // clusterStatus asks addr for the member list, then every member for its own
@@ -122,15 +125,29 @@ func (c *cli) clusterStatus(ctx context.Context, a *admin.Client, addr string) e
 			}
 			r.State, r.LeaderID, r.Term, r.Error = s.State, s.LeaderId, s.Term, s.Error
 			r.AppliedIndex, r.CommitIndex, r.FSMHash = s.AppliedIndex, s.CommitIndex, s.FsmHash
+			r.Ready, r.NotReady = s.Ready, s.NotReady
 		}()
 	}
 	wg.Wait()
 	slices.SortFunc(rows, func(x, y nodeStatus) int { return cmp.Compare(x.NodeID, y.NodeID) })
 	return c.print(rows, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "NODE\tSUFFRAGE\tSTATE\tLEADER\tTERM\tAPPLIED\tCOMMIT\tFSM HASH\tRAFT\tREMOTE\tKAFKA\tERROR")
+		fmt.Fprintln(w, "NODE\tSUFFRAGE\tSTATE\tREADY\tLEADER\tTERM\tAPPLIED\tCOMMIT\tFSM HASH\tRAFT\tREMOTE\tKAFKA\tERROR")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.NodeID, r.Suffrage, r.State, dash(r.LeaderID),
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.NodeID, r.Suffrage, r.State, readyCell(r), dash(r.LeaderID),
 				r.Term, r.AppliedIndex, r.CommitIndex, dash(r.FSMHash), dash(r.RaftAddr), dash(r.RemoteAddr), dash(r.KafkaAddr), dash(r.Error))
 		}
 	})
+}
+
+// readyCell is "yes", or "no (" and the conditions that fail ")".
+func readyCell(r nodeStatus) string {
+	switch {
+	case r.Ready:
+		return "yes"
+	case len(r.NotReady) > 0:
+		return "no (" + strings.Join(r.NotReady, "; ") + ")"
+	case r.Error != "":
+		return "-"
+	}
+	return "no"
 }

@@ -224,9 +224,13 @@ type StatusResponse struct {
 	CommitIndex  uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	// Hash of the replicated state (groups, offsets, topics, nodes) as applied
 	// on this node; equal on all nodes that applied the same index.
-	FsmHash       string    `protobuf:"bytes,7,opt,name=fsm_hash,json=fsmHash,proto3" json:"fsm_hash,omitempty"`
-	Members       []*Member `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
-	Error         string    `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	FsmHash string    `protobuf:"bytes,7,opt,name=fsm_hash,json=fsmHash,proto3" json:"fsm_hash,omitempty"`
+	Members []*Member `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
+	Error   string    `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// Whether the node is ready (as its /readyz says), and the conditions
+	// that do not hold, as "name: detail".
+	Ready         bool     `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
+	NotReady      []string `protobuf:"bytes,11,rep,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,6 +326,20 @@ func (x *StatusResponse) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *StatusResponse) GetNotReady() []string {
+	if x != nil {
+		return x.NotReady
+	}
+	return nil
 }
 
 // JoinRequest asks a node to add the sender as a voter (forwarded to the
@@ -670,7 +688,7 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12\x1a\n" +
 	"\bsuffrage\x18\x05 \x01(\tR\bsuffrage\x12\x16\n" +
 	"\x06leader\x18\x06 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\x9e\x02\n" +
+	"\rStatusRequest\"\xd1\x02\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -680,7 +698,10 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12\x19\n" +
 	"\bfsm_hash\x18\a \x01(\tR\afsmHash\x123\n" +
 	"\amembers\x18\b \x03(\v2\x19.cohort.cluster.v1.MemberR\amembers\x12\x14\n" +
-	"\x05error\x18\t \x01(\tR\x05error\"\x83\x01\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x14\n" +
+	"\x05ready\x18\n" +
+	" \x01(\bR\x05ready\x12\x1b\n" +
+	"\tnot_ready\x18\v \x03(\tR\bnotReady\"\x83\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
