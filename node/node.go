@@ -63,6 +63,9 @@ type Config struct {
 	// Metrics is the registry the node's metrics go to; nil: a registry of
 	// its own, with the Go runtime and process collectors.
 	Metrics *prometheus.Registry
+	// MetricsOff leaves out metrics and group views (benchmarks that
+	// measure what they cost).
+	MetricsOff bool
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -228,7 +231,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	kcfg.NodeID = n.kafkaID
 	kcfg.Coordinator = n.coordinatorBroker
 	kcfg.Brokers = n.brokers
-	kcfg.Metrics = n.registry
+	if !cfg.MetricsOff {
+		kcfg.Metrics = n.registry
+	}
 	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err

@@ -67,6 +67,9 @@ func (n *Node) startMetrics() error {
 		n.registry = prometheus.NewRegistry()
 		n.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	if n.cfg.MetricsOff {
+		return nil
+	}
 	n.observer = actors.NewObserver(n.registry)
 	return n.raft.RegisterMetrics(n.registry)
 }
@@ -98,5 +101,16 @@ type opsSource struct{ n *Node }
 
 func (s opsSource) Readiness() ops.Readiness                 { return s.n.Readiness() }
 func (s opsSource) ClusterStatus() *clusterpb.StatusResponse { return s.n.status() }
-func (s opsSource) Groups() []actors.GroupView               { return s.n.observer.Groups() }
-func (s opsSource) Group(id string) (actors.GroupView, bool) { return s.n.observer.Group(id) }
+func (s opsSource) Groups() []actors.GroupView {
+	if s.n.observer == nil {
+		return nil
+	}
+	return s.n.observer.Groups()
+}
+
+func (s opsSource) Group(id string) (actors.GroupView, bool) {
+	if s.n.observer == nil {
+		return actors.GroupView{}, false
+	}
+	return s.n.observer.Group(id)
+}
