@@ -75,17 +75,24 @@ func parseGroupFlags(fs *flag.FlagSet, args []string) (string, error) {
 	return group, nil
 }
 
-func (c *cli) offsetsReset(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("offsets reset", flag.ContinueOnError)
+// topicFlags is the flag set of an offsets command with its --topic and
+// --partitions.
+func topicFlags(name string) (*flag.FlagSet, *string, *partitionsFlag) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	topic := fs.String("topic", "", "")
-	var parts partitionsFlag
-	fs.Var(&parts, "partitions", "")
+	parts := &partitionsFlag{}
+	fs.Var(parts, "partitions", "")
+	return fs, fs.String("topic", "", ""), parts
+}
+
+func (c *cli) offsetsReset(ctx context.Context, args []string) error {
+	fs, topic, partsFlag := topicFlags("offsets reset")
 	toOffset := fs.Int64("to-offset", -1, "")
 	shiftBy := fs.Int64("shift-by", 0, "")
 	fromFile := fs.String("from-file", "", "")
 	execute := fs.Bool("execute", false, "")
 	group, err := parseGroupFlags(fs, args)
+	parts := *partsFlag
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	modes := 0
@@ -373,12 +380,9 @@ type deleteRow struct {
 }
 
 func (c *cli) offsetsDelete(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("offsets delete", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	topic := fs.String("topic", "", "")
-	var parts partitionsFlag
-	fs.Var(&parts, "partitions", "")
+	fs, topic, partsFlag := topicFlags("offsets delete")
 	group, err := parseGroupFlags(fs, args)
+	parts := *partsFlag
 	if err != nil || *topic == "" {
 		return fmt.Errorf("%w: %s", errUsage, offsetsDeleteUsage)
 	}
