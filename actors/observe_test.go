@@ -118,3 +118,27 @@ func TestMovesAndMembershipDiff(t *testing.T) {
 		t.Fatalf("moves %v, want %v", got, want)
 	}
 }
+
+// Loading counts the stored groups not loaded yet: none once ListGroups
+// (which waits for them) answers after Activate.
+func TestLoadingCountsStoredGroups(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		system := actor.NewActorSystem(quietLogs())
+		svc, err := Start(system, Options{Config: testConfig(), Store: stableStore(50, 2), Logger: quietLogger(), Fenced: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer system.Shutdown()
+		defer svc.Stop()
+		if n := svc.Loading(); n != 0 {
+			t.Fatalf("fenced: %d loading", n)
+		}
+		if err := svc.Activate(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		l := ask[*pb.ListGroupsResponse](t, svc, &pb.ListGroupsRequest{})
+		if len(l.Groups) != 50 || svc.Loading() != 0 {
+			t.Fatalf("%d groups listed, %d loading", len(l.Groups), svc.Loading())
+		}
+	})
+}

@@ -184,6 +184,10 @@ func (s *Service) Activate(timeout time.Duration) error {
 	return err
 }
 
+// Loading reports how many stored groups are still being loaded after
+// Activate (0 once every one has its actor and state).
+func (s *Service) Loading() int { return int(s.env.loading.Load()) }
+
 // Coordinating reports whether the service coordinates groups (it was
 // activated and not deactivated since).
 func (s *Service) Coordinating() bool { return s.active.Load() }

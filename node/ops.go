@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,8 +29,14 @@ var readyChecks = []readyCheck{
 		return nil
 	}},
 	{"groups-loaded", func(n *Node) error {
-		if n.raft.IsLeader() && !n.active.Load() {
-			return errors.New("leader, but its groups are not loaded yet")
+		if !n.raft.IsLeader() {
+			return nil
+		}
+		if !n.active.Load() {
+			return errors.New("leader, but its group service is not active yet")
+		}
+		if k := n.service.Loading(); k > 0 {
+			return fmt.Errorf("leader, %d groups still loading", k)
 		}
 		return nil
 	}},
