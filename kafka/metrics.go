@@ -134,12 +134,14 @@ var (
 	connsOpenDesc     = prometheus.NewDesc("cohort_kafka_connections", "Open Kafka connections.", nil, nil)
 	connsAcceptedDesc = prometheus.NewDesc("cohort_kafka_connections_accepted_total", "Kafka connections accepted.", nil, nil)
 	connsBadDesc      = prometheus.NewDesc("cohort_kafka_connections_closed_bad_input_total", "Kafka connections closed on bad input (malformed or oversized frames, unknown API keys).", nil, nil)
+	callErrorsDesc    = prometheus.NewDesc("cohort_kafka_group_call_errors_total", "Group calls from the Kafka listener that failed and were answered with a retriable error code.", nil, nil)
 )
 
 func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- connsOpenDesc
 	ch <- connsAcceptedDesc
 	ch <- connsBadDesc
+	ch <- callErrorsDesc
 }
 
 func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
@@ -147,4 +149,5 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(connsOpenDesc, prometheus.GaugeValue, float64(s.Open))
 	ch <- prometheus.MustNewConstMetric(connsAcceptedDesc, prometheus.CounterValue, float64(s.Accepted))
 	ch <- prometheus.MustNewConstMetric(connsBadDesc, prometheus.CounterValue, float64(s.BadConnections))
+	ch <- prometheus.MustNewConstMetric(callErrorsDesc, prometheus.CounterValue, float64(s.CallErrors))
 }
