@@ -2,8 +2,10 @@ package clustertest
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +63,11 @@ func TestMetricsAndReadiness(t *testing.T) {
 			t.Fatalf("%s /healthz: %d %q %v", n.ID, code, body, err)
 		}
 		waitReadyz(t, n, http.StatusOK, 20*time.Second)
+	}
+	for _, r := range cohortctlStatus(t, c.Running()[0]) {
+		if r["ready"] != true {
+			t.Errorf("cohortctl cluster status: %v", r)
+		}
 	}
 	cfg := DefaultWorkload()
 	cfg.Groups, cfg.Members, cfg.Partitions = 2, 3, 6
@@ -155,6 +162,11 @@ func TestMetricsAndReadiness(t *testing.T) {
 	sts, errs := c.StatusOf([]*Node{last}, 5*time.Second)
 	if errs[0] != nil || sts[0].Ready || len(sts[0].NotReady) == 0 || !strings.HasPrefix(sts[0].NotReady[0], "raft-leader-known") {
 		t.Errorf("%s status: %v %v", last.ID, sts[0], errs[0])
+	}
+	rows := cohortctlStatus(t, last)
+	if i := slices.IndexFunc(rows, func(r map[string]any) bool { return r["node_id"] == last.ID }); i < 0 ||
+		rows[i]["ready"] != false || !strings.Contains(fmt.Sprint(rows[i]["not_ready"]), "raft-leader-known") {
+		t.Errorf("cohortctl cluster status of %s: %v", last.ID, rows)
 	}
 }
 
