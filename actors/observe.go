@@ -49,7 +49,11 @@ type GroupView struct {
 	ProtocolType string
 	Protocol     string
 	Generation   int32
-	Members      []MemberView
+	// MemberCount is the number of members now; Members is as of the last
+	// change of state or generation (a join storm does not rebuild it per
+	// join).
+	MemberCount int
+	Members     []MemberView
 	// History holds the most recent rebalances, oldest first.
 	History []Rebalance
 }
@@ -174,7 +178,7 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 	c.o.mu.Lock()
 	for _, g := range c.o.groups {
 		counts[key{g.State, g.ProtocolType}]++
-		members += len(g.Members)
+		members += g.MemberCount
 	}
 	c.o.mu.Unlock()
 	for k, n := range counts {
@@ -280,8 +284,21 @@ func (a *groupActor) publishView() {
 		t.seen, t.state = true, st
 		return
 	}
+	if t.seen && st == t.state && gen == t.generation && inRebalance {
+		// Only the membership changed, in the middle of a rebalance: count
+		// it, and describe the members when the rebalance ends.
+		t.members = n
+		o.mu.Lock()
+		if v := o.groups[a.id]; v != nil {
+			cp := *v
+			cp.MemberCount = n
+			o.groups[a.id] = &cp
+		}
+		o.mu.Unlock()
+		return
+	}
 	d := a.g.Describe()
-	view := GroupView{ID: a.id, State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: d.GetProtocolData(), Generation: gen, Members: membersOf(d)}
+	view := GroupView{MemberCount: n, ID: a.id, State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: d.GetProtocolData(), Generation: gen, Members: membersOf(d)}
 	var done *Rebalance
 	if t.rebalancing && (st == coordinator.Stable || st == coordinator.Empty) {
 		t.rebalancing = false

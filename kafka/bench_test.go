@@ -705,6 +705,9 @@ func offsetCommit(m member) kmsg.Request {
 	return c
 }
 
+// benchRuns counts BenchmarkGroups runs, to alternate the server order.
+var benchRuns int
+
 func offsetCommitOK(r kmsg.Response) bool {
 	for _, t := range r.(*kmsg.OffsetCommitResponse).Topics {
 		for _, p := range t.Partitions {
@@ -718,11 +721,15 @@ func offsetCommitOK(r kmsg.Response) bool {
 
 // With COHORT_BENCH_METRICS_COST=1 the run compares cohort without its
 // metrics and group views (cohort-nometrics) to cohort with them, instead
-// of cohort to kfake.
+// of cohort to kfake, in alternating order from one -count to the next.
 func BenchmarkGroups(b *testing.B) {
 	names := []string{"cohort", "kfake"}
 	if os.Getenv("COHORT_BENCH_METRICS_COST") != "" {
 		names = []string{"cohort-nometrics", "cohort"}
+		if benchRuns%2 == 1 {
+			names[0], names[1] = names[1], names[0]
+		}
+		benchRuns++
 	}
 	for _, name := range names {
 		s := startBenchServer(b, name)

@@ -202,7 +202,7 @@ var overviewTmpl = template.Must(template.New("overview").Parse(`<!doctype html>
 {{end}}</table>
 <h2>Groups</h2>
 {{if .Groups}}<table id="groups"><tr><th>group</th><th>state</th><th>protocol type</th><th>protocol</th><th>generation</th><th>members</th><th>last rebalance</th></tr>
-{{range .Groups}}<tr><td><a href="/groups/{{.ID}}">{{.ID}}</a></td><td>{{.State}}</td><td>{{.ProtocolType}}</td><td>{{.Protocol}}</td><td>{{.Generation}}</td><td>{{len .Members}}</td><td>{{.LastRebalance}}</td></tr>
+{{range .Groups}}<tr><td><a href="/groups/{{.ID}}">{{.ID}}</a></td><td>{{.State}}</td><td>{{.ProtocolType}}</td><td>{{.Protocol}}</td><td>{{.Generation}}</td><td>{{.MemberCount}}</td><td>{{.LastRebalance}}</td></tr>
 {{end}}</table>{{else}}<p id="groups">No groups coordinated here{{if ne .Cluster.State "Leader"}} (groups live on the leader, {{or .Cluster.LeaderId "none known"}}){{end}}.</p>{{end}}
 </body></html>`))
 
@@ -211,7 +211,7 @@ var groupTmpl = template.Must(template.New("group").Parse(`<!doctype html>
 <p><a href="/">← cluster</a></p>
 <h1>group {{.Group.ID}}</h1>
 <table id="summary"><tr><th>state</th><th>protocol type</th><th>protocol</th><th>generation</th><th>members</th></tr>
-<tr><td>{{.Group.State}}</td><td>{{.Group.ProtocolType}}</td><td>{{.Group.Protocol}}</td><td>{{.Group.Generation}}</td><td>{{len .Group.Members}}</td></tr></table>
+<tr><td>{{.Group.State}}</td><td>{{.Group.ProtocolType}}</td><td>{{.Group.Protocol}}</td><td>{{.Group.Generation}}</td><td>{{.Group.MemberCount}}</td></tr></table>
 <h2>Members</h2>
 <table id="members"><tr><th>member</th><th>instance</th><th>client</th><th>host</th><th>assignment</th></tr>
 {{range .Members}}<tr><td><code>{{.MemberID}}</code></td><td>{{or .InstanceID "-"}}</td><td>{{.ClientID}}</td><td>{{.ClientHost}}</td><td>{{.Assignment}}</td></tr>
