@@ -207,8 +207,13 @@ func (c *cli) groupsDelete(ctx context.Context, group string) error {
 	if err := codeErr("delete "+group, resp.Groups[0].ErrorCode); err != nil {
 		return err
 	}
-	return c.print(map[string]any{"group": group, "deleted": true}, func(w *tabwriter.Writer) {
-		fmt.Fprintf(w, "deleted group %s\n", group)
+	return c.printDeleted("group", group)
+}
+
+// printDeleted reports that the named group or topic was deleted.
+func (c *cli) printDeleted(kind, name string) error {
+	return c.print(map[string]any{kind: name, "deleted": true}, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "deleted %s %s\n", kind, name)
 	})
 }
 

@@ -459,7 +459,5 @@ func (c *cli) topicsDelete(ctx context.Context, name string) error {
 	if err := codeErr("delete "+name, resp.Topics[0].ErrorCode); err != nil {
 		return err
 	}
-	return c.print(map[string]any{"topic": name, "deleted": true}, func(w *tabwriter.Writer) {
-		fmt.Fprintf(w, "deleted topic %s\n", name)
-	})
+	return c.printDeleted("topic", name)
 }
