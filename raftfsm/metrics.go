@@ -14,8 +14,9 @@ import (
 // and indexes read at scrape time, the stored groups and offsets, and the
 // timings hashicorp/raft and raft-boltdb report through go-metrics (commit,
 // FSM apply, snapshot, log store with its fsync), bridged rather than
-// measured again. go-metrics is process-wide: with several nodes in one
-// process (tests), each sees the timings of all.
+// measured again. go-metrics is process-wide: the first call installs the
+// process's go-metrics sink, and with several nodes in one process (tests)
+// each sees the timings of all.
 func (n *Node) RegisterMetrics(reg prometheus.Registerer) error {
 	b := newBridge()
 	for _, c := range []prometheus.Collector{&raftCollector{n: n}, b.commit, b.apply, b.snapshot, b.snapshots, b.store} {
