@@ -86,7 +86,7 @@ func Start(addr string, gatherer prometheus.Gatherer, src Source, log *slog.Logg
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { serveReady(w, src.Readiness()) })
 	p := &pages{src: src}
 	mux.HandleFunc("GET /{$}", p.overview)
-	mux.HandleFunc("GET /groups/{id}", p.group)
+	mux.HandleFunc("GET /groups/{id...}", p.group)
 	s := &Server{
 		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		ln:   ln,

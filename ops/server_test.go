@@ -73,11 +73,14 @@ func TestEndpoints(t *testing.T) {
 		t.Fatalf("unknown group: %d", code)
 	}
 	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
-	src.groups = []actors.GroupView{{ID: "<g>", State: "Stable", Generation: 2, History: []actors.Rebalance{
+	src.groups = []actors.GroupView{{ID: "a/b"}, {ID: "<g>", State: "Stable", Generation: 2, History: []actors.Rebalance{
 		{Generation: 1, Cause: actors.CauseJoin, Started: t0, Completed: t0.Add(30 * time.Millisecond), Joined: []string{"m1", "m2"}},
 		{Generation: 2, Cause: actors.CauseLeave, Started: t0.Add(time.Minute), Completed: t0.Add(time.Minute + 2*time.Second), Left: []string{"m2"},
 			Moved: []actors.Move{{Topic: "t", Partition: 1, From: "m2", To: "m1"}}},
 	}}}
+	if code, body := get(t, s, "/groups/a/b"); code != 200 || !strings.Contains(body, "group a/b") {
+		t.Fatalf("group with a slash: %d %q", code, body)
+	}
 	code, body := get(t, s, "/groups/%3Cg%3E")
 	if code != 200 || strings.Count(body, `class="rebalance"`) != 2 || !strings.Contains(body, "t/1: m2 → m1") || !strings.Contains(body, "&lt;g&gt;") || strings.Contains(body, "<g>") {
 		t.Fatalf("group page: %d\n%s", code, body)
