@@ -62,6 +62,7 @@ type groupActor struct {
 		gen       int32
 		takeovers int
 	}
+	track tracker
 }
 
 func newGroupActor(id string, e *env) actor.Producer {
@@ -102,6 +103,9 @@ func (a *groupActor) active(ctx actor.Context) {
 // local calls).
 func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordinator.ReplyTo) {
 	now := a.env.clock.Now()
+	if _, hb := req.(*pb.HeartbeatRequest); !hb && a.env.observer != nil {
+		a.track.cause = causeOf(a.g, req)
+	}
 	switch m := req.(type) {
 	case *pb.HeartbeatRequest:
 		code := a.g.Heartbeat(now, m, &a.fx)
@@ -158,6 +162,7 @@ func (a *groupActor) onStarted(ctx actor.Context) {
 			rec = &pb.GroupRecord{GroupId: a.id}
 		}
 		a.g = coordinator.Restore(&a.env.cfg, rec, offsets, now)
+		a.track.cause = CauseFailover
 	} else {
 		a.g = coordinator.New(a.id, &a.env.cfg, now)
 	}
@@ -178,6 +183,12 @@ func (a *groupActor) onTimer(ctx actor.Context, m *timerFired) {
 		return
 	}
 	delete(a.timers, m.key)
+	switch m.key.Kind {
+	case coordinator.TimerMember, coordinator.TimerSync:
+		a.track.cause = CauseExpiry
+	case coordinator.TimerOffsetExpiry:
+		a.track.cause = causeRetention
+	}
 	a.g.OnTimer(now, m.key, &a.fx)
 	a.execute(ctx)
 }
@@ -201,6 +212,7 @@ func deliver(ctx actor.Context, to coordinator.ReplyTo, msg proto.Message) {
 func (a *groupActor) execute(ctx actor.Context) {
 	for {
 		fx := &a.fx
+		a.observe(fx)
 		for _, r := range fx.Replies {
 			deliver(ctx, r.To, r.Msg)
 		}
@@ -217,6 +229,7 @@ func (a *groupActor) execute(ctx actor.Context) {
 			a.persist(p)
 		}
 		if gone {
+			a.publishView()
 			a.onGone(ctx)
 			return
 		}
@@ -225,6 +238,7 @@ func (a *groupActor) execute(ctx actor.Context) {
 		}
 	}
 	a.publishSummary(ctx)
+	a.publishView()
 }
 
 func (a *groupActor) persist(p coordinator.Persist) {
@@ -269,6 +283,9 @@ func (a *groupActor) onStopping(ctx actor.Context) {
 		}
 		a.fx.Reset()
 	}
+	if a.env.observer != nil {
+		a.env.observer.forget(a.id)
+	}
 	a.stopTimers()
 }
 
@@ -297,6 +314,9 @@ func (a *groupActor) publishSummary(ctx actor.Context) {
 }
 
 func (a *groupActor) onGone(ctx actor.Context) {
+	if a.env.observer != nil {
+		a.env.observer.forget(a.id)
+	}
 	a.stopTimers()
 	a.env.log.Debug("group gone", slog.String("group", a.id))
 	a.behavior.Become(a.dead)

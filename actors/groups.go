@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -28,6 +29,11 @@ type env struct {
 	// directory maps group ids to their actors for local calls, which go
 	// straight to the group actor; the router keeps it current.
 	directory *directory
+	// observer, when set, keeps the groups' views, history and metrics.
+	observer *Observer
+	// loading is how many stored groups are still loading (the router's
+	// count, readable from any goroutine).
+	loading atomic.Int64
 }
 
 // call is a local request: the answer goes to reply (capacity 1).
@@ -172,6 +178,7 @@ func (r *groupsActor) loaded(ctx actor.Context, id string) {
 		return
 	}
 	delete(r.loading, id)
+	r.env.loading.Store(int64(len(r.loading)))
 	if len(r.loading) > 0 {
 		return
 	}
@@ -192,6 +199,7 @@ func (r *groupsActor) onDeactivate(ctx actor.Context) {
 	clear(r.children)
 	clear(r.summaries)
 	clear(r.loading)
+	r.env.loading.Store(0)
 	for _, l := range r.lists {
 		deliver(ctx, l.to, coordinator.NotCoordinator(l.req, coordinator.ErrNotCoordinator))
 	}
@@ -224,6 +232,7 @@ func (r *groupsActor) spawn(ctx actor.Context, id string) *actor.PID {
 	r.children[id] = pid
 	r.env.directory.Store(id, pid)
 	r.loading[id] = true
+	r.env.loading.Store(int64(len(r.loading)))
 	return pid
 }
 

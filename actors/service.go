@@ -30,6 +30,9 @@ type Options struct {
 	Fenced bool
 	Clock  Clock        // default: SystemClock
 	Logger *slog.Logger // default: slog.Default()
+	// Observer, when set, is kept current with every group's view, its
+	// rebalance history and the group metrics.
+	Observer *Observer
 }
 
 // Service is the group coordinator running on an actor system: the groups
@@ -119,7 +122,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory()}
+	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer}
 	if e.store == nil {
 		return nil, errors.New("actors: a store is required")
 	}
@@ -180,6 +183,10 @@ func (s *Service) Activate(timeout time.Duration) error {
 	}
 	return err
 }
+
+// Loading reports how many stored groups are still being loaded after
+// Activate (0 once every one has its actor and state).
+func (s *Service) Loading() int { return int(s.env.loading.Load()) }
 
 // Coordinating reports whether the service coordinates groups (it was
 // activated and not deactivated since).

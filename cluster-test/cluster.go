@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohort-coord/cohort/admin"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 )
 
@@ -27,6 +28,9 @@ type Options struct {
 	LeaderLeaseTimeout time.Duration
 	// Args are added to every node's command line.
 	Args []string
+	// HTTP serves every node's operator HTTP listener (metrics, readiness,
+	// status page) on a free port; off by default.
+	HTTP bool
 	// StartTimeout bounds how long a node may take to log its listeners.
 	StartTimeout time.Duration
 }
@@ -54,9 +58,11 @@ type Node struct {
 	KafkaAddr  string
 	RemoteAddr string
 	RaftAddr   string
-	DataDir    string
-	LogPath    string
-	Cmd        *exec.Cmd
+	// HTTPAddr is the operator HTTP listener (with Options.HTTP).
+	HTTPAddr string
+	DataDir  string
+	LogPath  string
+	Cmd      *exec.Cmd
 
 	mu       sync.Mutex
 	addrs    map[string]string
@@ -97,7 +103,7 @@ func (n *Node) aliveLocked() bool {
 type Cluster struct {
 	T      testing.TB
 	Opts   Options
-	Admin  *Admin
+	Admin  *admin.Client
 	bin    string
 	logDir string
 
@@ -239,6 +245,7 @@ func (c *Cluster) launch(n *Node, extra []string) error {
 		"--raft-heartbeat-timeout", c.Opts.HeartbeatTimeout.String(),
 		"--raft-election-timeout", c.Opts.ElectionTimeout.String(),
 		"--raft-leader-lease-timeout", c.Opts.LeaderLeaseTimeout.String(),
+		"--http-addr", n.httpBind(c.Opts.HTTP),
 	}
 	args = append(args, c.Opts.Args...)
 	args = append(args, extra...)
@@ -282,15 +289,18 @@ func (c *Cluster) launch(n *Node, extra []string) error {
 	defer deadline.Stop()
 	for {
 		n.mu.Lock()
-		r, k, a := n.addrs["remote"], n.addrs["kafka"], n.addrs["raft"]
+		r, k, a, h := n.addrs["remote"], n.addrs["kafka"], n.addrs["raft"], n.addrs["http"]
 		ch := n.addrCh
 		n.mu.Unlock()
-		if r != "" && k != "" && a != "" {
+		if r != "" && k != "" && a != "" && (h != "" || !c.Opts.HTTP) {
 			n.mu.Lock()
 			// A restart logs the same addresses: write only what changed,
 			// since tests read these fields without the lock.
 			if n.RemoteAddr != r || n.KafkaAddr != k || n.RaftAddr != a {
 				n.RemoteAddr, n.KafkaAddr, n.RaftAddr = r, k, a
+			}
+			if h != "" && n.HTTPAddr != h {
+				n.HTTPAddr = h
 			}
 			n.ready = true
 			n.mu.Unlock()
@@ -333,6 +343,18 @@ func (n *Node) onLine(line string) {
 	default:
 	}
 	n.mu.Unlock()
+}
+
+// httpBind is the --http-addr of n's next start: off unless asked, then
+// the address it had (a restart keeps it), or a free port.
+func (n *Node) httpBind(on bool) string {
+	switch {
+	case !on:
+		return ""
+	case n.HTTPAddr != "":
+		return n.HTTPAddr
+	}
+	return "127.0.0.1:0"
 }
 
 func cleanEnv() []string {
@@ -439,7 +461,7 @@ func (c *Cluster) StatusOf(nodes []*Node, timeout time.Duration) ([]*clusterpb.S
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sts[i], errs[i] = c.Admin.Status(n.RemoteAddr, timeout)
+			sts[i], errs[i] = status(c.Admin, n.RemoteAddr, timeout)
 		}()
 	}
 	wg.Wait()
@@ -497,7 +519,7 @@ func (c *Cluster) WaitVoters(ids []string, timeout time.Duration) *Node {
 	var last string
 	for {
 		if l := c.Leader(); l != nil {
-			st, err := c.Admin.Status(l.RemoteAddr, 2*time.Second)
+			st, err := status(c.Admin, l.RemoteAddr, 2*time.Second)
 			if err == nil {
 				got := sortedCopy(Voters(st))
 				last = fmt.Sprintf("leader %s voters %v", l.ID, got)

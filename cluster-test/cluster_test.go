@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -125,8 +126,8 @@ func checkHistory(t *testing.T, c *Cluster, w *Workload, fetched map[OffsetKey]i
 			acked++
 		}
 		switch o.Code {
-		case errNone, errCoordinatorLoading, errCoordinatorNotAvailable, errNotCoordinator,
-			errIllegalGeneration, errUnknownMemberID, errRebalanceInProgress, errMemberIDRequired:
+		case errNone, kerr.CoordinatorLoadInProgress.Code, kerr.CoordinatorNotAvailable.Code, kerr.NotCoordinator.Code,
+			kerr.IllegalGeneration.Code, kerr.UnknownMemberID.Code, kerr.RebalanceInProgress.Code, kerr.MemberIDRequired.Code:
 		default:
 			if unusual++; unusual <= 10 {
 				t.Logf("unusual answer from %s at %s: %s", c.NameOf(o.Node), o.Start.Format("15:04:05.000"), o)
@@ -319,7 +320,7 @@ func routingProblems(ctx context.Context, conns *Conns, c *Cluster, leader *Node
 			problems = append(problems, fmt.Sprintf("Heartbeat at follower %s: %v", n.ID, err))
 			continue
 		}
-		if code := res.(*kmsg.HeartbeatResponse).ErrorCode; code != errNotCoordinator {
+		if code := res.(*kmsg.HeartbeatResponse).ErrorCode; code != kerr.NotCoordinator.Code {
 			problems = append(problems, fmt.Sprintf("Heartbeat at follower %s: error code %d, want NOT_COORDINATOR (16)", n.ID, code))
 		}
 	}

@@ -9,30 +9,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
-// Kafka error codes the clients act on.
-const (
-	errNone                    int16 = 0
-	errCoordinatorLoading      int16 = 14
-	errCoordinatorNotAvailable int16 = 15
-	errNotCoordinator          int16 = 16
-	errRequestTimedOut         int16 = 7
-	errIllegalGeneration       int16 = 22
-	errUnknownMemberID         int16 = 25
-	errRebalanceInProgress     int16 = 27
-	errTopicAlreadyExists      int16 = 36
-	errNotController           int16 = 41
-	errMemberIDRequired        int16 = 79
-)
+// errNone is the code of success; every other code is a kerr error.
+const errNone int16 = 0
 
 // coordinatorMoved reports whether code tells a client to find the
 // coordinator again.
 func coordinatorMoved(code int16) bool {
-	return code == errCoordinatorLoading || code == errCoordinatorNotAvailable || code == errNotCoordinator
+	return code == kerr.CoordinatorLoadInProgress.Code || code == kerr.CoordinatorNotAvailable.Code || code == kerr.NotCoordinator.Code
 }
 
 // Conns holds one franz-go client per broker address and sends requests
@@ -232,9 +221,9 @@ func CreateTopic(ctx context.Context, c *Coordinator, topic string, partitions i
 			}
 			code := res.(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode
 			switch {
-			case code == errNone || code == errTopicAlreadyExists:
+			case code == errNone || code == kerr.TopicAlreadyExists.Code:
 				return nil
-			case code == errNotController || code == errRequestTimedOut || coordinatorMoved(code):
+			case code == kerr.NotController.Code || code == kerr.RequestTimedOut.Code || coordinatorMoved(code):
 				c.Forget()
 				last = fmt.Errorf("%s: error code %d", addr, code)
 			default:

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -188,14 +189,14 @@ func (m *Member) joinAndSync(ctx context.Context) error {
 		r := res.(*kmsg.JoinGroupResponse)
 		op.Code = r.ErrorCode
 		switch r.ErrorCode {
-		case errMemberIDRequired:
+		case kerr.MemberIDRequired.Code:
 			m.mu.Lock()
 			m.memberID = r.MemberID
 			m.mu.Unlock()
 			op.MemberID = r.MemberID
 			m.record(op, addr, nil)
 			continue
-		case errUnknownMemberID:
+		case kerr.UnknownMemberID.Code:
 			m.mu.Lock()
 			m.memberID, m.gen = "", -1
 			m.mu.Unlock()
@@ -280,7 +281,7 @@ func (m *Member) sync(ctx context.Context, jr *kmsg.JoinGroupResponse) error {
 	}
 	r := res.(*kmsg.SyncGroupResponse)
 	op.Code = r.ErrorCode
-	if r.ErrorCode == errRebalanceInProgress {
+	if r.ErrorCode == kerr.RebalanceInProgress.Code {
 		m.record(op, addr, nil)
 		return errRejoin
 	}
@@ -329,9 +330,9 @@ func (m *Member) heartbeat(ctx context.Context) bool {
 
 func (m *Member) mustRejoin(code int16) bool {
 	switch code {
-	case errRebalanceInProgress, errIllegalGeneration:
+	case kerr.RebalanceInProgress.Code, kerr.IllegalGeneration.Code:
 		return true
-	case errUnknownMemberID:
+	case kerr.UnknownMemberID.Code:
 		m.mu.Lock()
 		m.memberID, m.gen = "", -1
 		m.mu.Unlock()

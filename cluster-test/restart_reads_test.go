@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -225,7 +226,7 @@ func (r *restartReads) readOnce(addr string, known []string) (ok bool, problems 
 			if !slices.Contains(r.c.KafkaAddrs(), got) {
 				problems = append(problems, "find coordinator: "+got+" is no node of the cluster")
 			}
-		case errCoordinatorNotAvailable, errCoordinatorLoading:
+		case kerr.CoordinatorNotAvailable.Code, kerr.CoordinatorLoadInProgress.Code:
 		default:
 			problems = append(problems, fmt.Sprintf("find coordinator: error %d", f.ErrorCode))
 		}

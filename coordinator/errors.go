@@ -2,32 +2,34 @@ package coordinator
 
 import "errors"
 
-// Kafka error codes used by the group coordinator.
+// Kafka error codes used by the group coordinator: the one table of codes
+// the core speaks (it imports no wire package); errors_test.go checks each
+// against franz-go's kerr, which the listener and clients use.
 const (
-	ErrNone                     int32 = 0
-	ErrUnknownServerError       int32 = -1
-	ErrUnknownTopicOrPartition  int32 = 3
-	ErrRequestTimedOut          int32 = 7
-	ErrOffsetMetadataTooLarge   int32 = 12
-	ErrNetworkException         int32 = 13
-	ErrCoordinatorLoadInProgres int32 = 14
-	ErrCoordinatorNotAvailable  int32 = 15
-	ErrNotCoordinator           int32 = 16
-	ErrIllegalGeneration        int32 = 22
-	ErrInconsistentGroupProto   int32 = 23
-	ErrInvalidGroupID           int32 = 24
-	ErrUnknownMemberID          int32 = 25
-	ErrInvalidSessionTimeout    int32 = 26
-	ErrRebalanceInProgress      int32 = 27
-	ErrInvalidCommitOffsetSize  int32 = 28
-	ErrUnsupportedVersion       int32 = 35
-	ErrNonEmptyGroup            int32 = 68
-	ErrGroupIDNotFound          int32 = 69
-	ErrMemberIDRequired         int32 = 79
-	ErrGroupMaxSizeReached      int32 = 81
-	ErrFencedInstanceID         int32 = 82
-	ErrGroupSubscribedToTopic   int32 = 86
-	ErrUnstableOffsetCommit     int32 = 88
+	ErrNone                      int32 = 0
+	ErrUnknownServerError        int32 = -1
+	ErrUnknownTopicOrPartition   int32 = 3
+	ErrRequestTimedOut           int32 = 7
+	ErrOffsetMetadataTooLarge    int32 = 12
+	ErrNetworkException          int32 = 13
+	ErrCoordinatorLoadInProgress int32 = 14
+	ErrCoordinatorNotAvailable   int32 = 15
+	ErrNotCoordinator            int32 = 16
+	ErrIllegalGeneration         int32 = 22
+	ErrInconsistentGroupProto    int32 = 23
+	ErrInvalidGroupID            int32 = 24
+	ErrUnknownMemberID           int32 = 25
+	ErrInvalidSessionTimeout     int32 = 26
+	ErrRebalanceInProgress       int32 = 27
+	ErrInvalidCommitOffsetSize   int32 = 28
+	ErrUnsupportedVersion        int32 = 35
+	ErrNonEmptyGroup             int32 = 68
+	ErrGroupIDNotFound           int32 = 69
+	ErrMemberIDRequired          int32 = 79
+	ErrGroupMaxSizeReached       int32 = 81
+	ErrFencedInstanceID          int32 = 82
+	ErrGroupSubscribedToTopic    int32 = 86
+	ErrUnstableOffsetCommit      int32 = 88
 )
 
 // Store failures, reported back through Group.OnPersisted. Stores wrap them

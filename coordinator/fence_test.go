@@ -40,8 +40,8 @@ func TestCommitWriteFence(t *testing.T) {
 // SyncGroup REBALANCE_IN_PROGRESS.
 func TestNotCoordinatorAnswers(t *testing.T) {
 	commit := &pb.OffsetCommitRequest{GroupId: "g", Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 2}}}}}
-	for _, code := range []int32{ErrNotCoordinator, ErrCoordinatorLoadInProgres} {
-		loading := code == ErrCoordinatorLoadInProgres
+	for _, code := range []int32{ErrNotCoordinator, ErrCoordinatorLoadInProgress} {
+		loading := code == ErrCoordinatorLoadInProgress
 		hbWant, syncWant := code, code
 		if loading {
 			hbWant, syncWant = ErrNone, ErrRebalanceInProgress

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -368,5 +366,3 @@ func TestFuzzRandomWalks(t *testing.T) {
 		t.Run(fmt.Sprint(i), func(t *testing.T) { runFuzz(t, data) })
 	}
 }
-
-var _ = proto.Equal

@@ -494,10 +494,3 @@ func cloneOpt(s *string) *string {
 	v := *s
 	return &v
 }
-
-func optEqual(a, b *string) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"cmp"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -393,8 +392,6 @@ func maps_equal(a, b map[string]int) bool {
 	}
 	return true
 }
-
-var _ = slices.Sort[[]int]
 
 // checkTimers asserts liveness: nothing can wait forever. Every member has
 // a liveness timer unless a parked request makes a join or sync timer

@@ -53,9 +53,6 @@ func checkMsg(t testing.TB, what string, want, got proto.Message) {
 	}
 }
 
-// at returns the virtual time t0+d.
-func at(d time.Duration) time.Time { return t0.Add(d) }
-
 // elapsed is the virtual time since t0.
 func (h *harness) elapsed() time.Duration { return h.now.Sub(t0) }
 

@@ -12,7 +12,7 @@ import (
 // puts a coordinator pre-check error. Kafka's per-API overrides apply while
 // loading: Heartbeat answers NONE and SyncGroup REBALANCE_IN_PROGRESS.
 func NotCoordinator(req proto.Message, code int32) proto.Message {
-	loading := code == ErrCoordinatorLoadInProgres
+	loading := code == ErrCoordinatorLoadInProgress
 	switch r := req.(type) {
 	case *pb.JoinGroupRequest:
 		return joinError(r.GetMemberId(), code)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -27,24 +28,24 @@ func handle[R kmsg.Request](fn func(context.Context, *request, R) kmsg.Response)
 // also what ApiVersions advertises.
 func (l *Listener) apiTable() (map[int16]apiSpec, []apiVersion) {
 	m := map[int16]apiSpec{
-		0:  {0, 9, handle(l.produce)},
-		1:  {0, 12, handle(l.fetch)},
-		2:  {0, 7, handle(l.listOffsets)},
-		3:  {0, 12, handle(l.metadata)},
-		8:  {0, 9, handle(l.offsetCommit)},
-		9:  {0, 9, handle(l.offsetFetch)},
-		10: {0, 4, handle(l.findCoordinator)},
-		11: {0, 9, handle(l.joinGroup)},
-		12: {0, 4, handle(l.heartbeat)},
-		13: {0, 5, handle(l.leaveGroup)},
-		14: {0, 5, handle(l.syncGroup)},
-		15: {0, 5, handle(l.describeGroups)},
-		16: {0, 5, handle(l.listGroups)},
-		18: {0, 3, nil}, // answered in dispatch for every version
-		19: {0, 7, handle(l.createTopics)},
-		20: {0, 6, handle(l.deleteTopics)},
-		42: {0, 2, handle(l.deleteGroups)},
-		47: {0, 0, handle(l.offsetDelete)},
+		kmsg.Produce.Int16():         {0, 9, handle(l.produce)},
+		kmsg.Fetch.Int16():           {0, 12, handle(l.fetch)},
+		kmsg.ListOffsets.Int16():     {0, 7, handle(l.listOffsets)},
+		kmsg.Metadata.Int16():        {0, 12, handle(l.metadata)},
+		kmsg.OffsetCommit.Int16():    {0, 9, handle(l.offsetCommit)},
+		kmsg.OffsetFetch.Int16():     {0, 9, handle(l.offsetFetch)},
+		kmsg.FindCoordinator.Int16(): {0, 4, handle(l.findCoordinator)},
+		kmsg.JoinGroup.Int16():       {0, 9, handle(l.joinGroup)},
+		kmsg.Heartbeat.Int16():       {0, 4, handle(l.heartbeat)},
+		kmsg.LeaveGroup.Int16():      {0, 5, handle(l.leaveGroup)},
+		kmsg.SyncGroup.Int16():       {0, 5, handle(l.syncGroup)},
+		kmsg.DescribeGroups.Int16():  {0, 5, handle(l.describeGroups)},
+		kmsg.ListGroups.Int16():      {0, 5, handle(l.listGroups)},
+		kmsg.ApiVersions.Int16():     {0, 3, nil}, // answered in dispatch for every version
+		kmsg.CreateTopics.Int16():    {0, 7, handle(l.createTopics)},
+		kmsg.DeleteTopics.Int16():    {0, 6, handle(l.deleteTopics)},
+		kmsg.DeleteGroups.Int16():    {0, 2, handle(l.deleteGroups)},
+		kmsg.OffsetDelete.Int16():    {0, 0, handle(l.offsetDelete)},
 	}
 	var vs []apiVersion
 	for k, s := range m {
@@ -60,9 +61,9 @@ func (l *Listener) apiTable() (map[int16]apiSpec, []apiVersion) {
 func (l *Listener) apiVersions(version int16) kmsg.Response {
 	resp := kmsg.NewPtrApiVersionsResponse()
 	resp.SetVersion(version)
-	if version < 0 || version > l.apis[18].max {
+	if version < 0 || version > l.apis[kmsg.ApiVersions.Int16()].max {
 		resp.SetVersion(0)
-		resp.ErrorCode = errUnsupportedVersion
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
 	}
 	for _, v := range l.version {
 		k := kmsg.NewApiVersionsResponseApiKey()

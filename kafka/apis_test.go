@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -179,7 +180,7 @@ func checkAnswer(t *testing.T, key, v int16, resp kmsg.Response) {
 	}
 	switch r := resp.(type) {
 	case *kmsg.ProduceResponse:
-		if len(r.Topics) != 1 || r.Topics[0].Partitions[0].ErrorCode != errInvalidRequest {
+		if len(r.Topics) != 1 || r.Topics[0].Partitions[0].ErrorCode != kerr.InvalidRequest.Code {
 			fail("want INVALID_REQUEST, got %+v", r.Topics)
 		}
 	case *kmsg.FetchResponse:
@@ -202,7 +203,7 @@ func checkAnswer(t *testing.T, key, v int16, resp kmsg.Response) {
 		}
 	case *kmsg.OffsetCommitResponse:
 		ps := r.Topics[0].Partitions
-		if len(ps) != 2 || ps[0].ErrorCode != 0 || ps[1].ErrorCode != errUnknownTopicOrPartition {
+		if len(ps) != 2 || ps[0].ErrorCode != 0 || ps[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
 			fail("partitions %+v", ps)
 		}
 	case *kmsg.OffsetFetchResponse:
@@ -285,7 +286,7 @@ func TestApiVersionsUnsupportedVersionFallsBackToV0(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := resp.(*kmsg.ApiVersionsResponse)
-	if r.ErrorCode != errUnsupportedVersion || len(r.ApiKeys) != 18 {
+	if r.ErrorCode != kerr.UnsupportedVersion.Code || len(r.ApiKeys) != 18 {
 		t.Fatalf("error %d, %d keys", r.ErrorCode, len(r.ApiKeys))
 	}
 	// The connection stays usable.
@@ -300,13 +301,13 @@ func TestUnsupportedVersionAndAPI(t *testing.T) {
 	// Fetch v13 is beyond what we serve: UNSUPPORTED_VERSION at top level.
 	f := sampleRequest(1, 13)
 	f.SetVersion(13)
-	if r := c.do(f).(*kmsg.FetchResponse); r.ErrorCode != errUnsupportedVersion {
+	if r := c.do(f).(*kmsg.FetchResponse); r.ErrorCode != kerr.UnsupportedVersion.Code {
 		t.Fatalf("fetch v13: error %d", r.ErrorCode)
 	}
 	// InitProducerID is not served at all.
 	ip := kmsg.NewPtrInitProducerIDRequest()
 	ip.SetVersion(1)
-	if r := c.do(ip).(*kmsg.InitProducerIDResponse); r.ErrorCode != errUnsupportedVersion {
+	if r := c.do(ip).(*kmsg.InitProducerIDResponse); r.ErrorCode != kerr.UnsupportedVersion.Code {
 		t.Fatalf("init producer id: error %d", r.ErrorCode)
 	}
 	if s.l.Stats().UnsupportedVersions != 2 || s.l.Stats().BadConnections != 0 {

@@ -62,7 +62,9 @@ const (
 func TestMain(m *testing.M) {
 	switch os.Getenv("COHORT_BENCH_SERVER") {
 	case "cohort":
-		os.Exit(serveCohort())
+		os.Exit(serveCohort(false))
+	case "cohort-nometrics":
+		os.Exit(serveCohort(true))
 	case "kfake":
 		os.Exit(serveKfake())
 	}
@@ -71,7 +73,7 @@ func TestMain(m *testing.M) {
 
 // serveCohort runs a cohort node (coordinator + Kafka listener) until stdin
 // closes.
-func serveCohort() int {
+func serveCohort(metricsOff bool) int {
 	dir, err := os.MkdirTemp("", "cohort-bench-")
 	if err != nil {
 		fmt.Println("ERR", err)
@@ -84,6 +86,7 @@ func serveCohort() int {
 	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
 	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg.MetricsOff = metricsOff
 	n, err := node.Start(cfg)
 	if err != nil {
 		fmt.Println("ERR", err)
@@ -702,6 +705,9 @@ func offsetCommit(m member) kmsg.Request {
 	return c
 }
 
+// benchRuns counts BenchmarkGroups runs, to alternate the server order.
+var benchRuns int
+
 func offsetCommitOK(r kmsg.Response) bool {
 	for _, t := range r.(*kmsg.OffsetCommitResponse).Topics {
 		for _, p := range t.Partitions {
@@ -713,8 +719,19 @@ func offsetCommitOK(r kmsg.Response) bool {
 	return true
 }
 
+// With COHORT_BENCH_METRICS_COST=1 the run compares cohort without its
+// metrics and group views (cohort-nometrics) to cohort with them, instead
+// of cohort to kfake, in alternating order from one -count to the next.
 func BenchmarkGroups(b *testing.B) {
-	for _, name := range []string{"cohort", "kfake"} {
+	names := []string{"cohort", "kfake"}
+	if os.Getenv("COHORT_BENCH_METRICS_COST") != "" {
+		names = []string{"cohort-nometrics", "cohort"}
+		if benchRuns%2 == 1 {
+			names[0], names[1] = names[1], names[0]
+		}
+		benchRuns++
+	}
+	for _, name := range names {
 		s := startBenchServer(b, name)
 		createBenchTopic(b, s.addr)
 		ms := joinAll(b, s.addr)

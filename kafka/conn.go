@@ -14,28 +14,14 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Kafka error codes used by the listener itself.
-const (
-	errNone                      int16 = 0
-	errUnknownServerError        int16 = -1
-	errUnknownTopicOrPartition   int16 = 3
-	errLeaderNotAvailable        int16 = 5
-	errRequestTimedOut           int16 = 7
-	errCoordinatorNotAvailable   int16 = 15
-	errInvalidTopic              int16 = 17
-	errInconsistentGroupProtocol int16 = 23
-	errUnsupportedVersion        int16 = 35
-	errTopicAlreadyExists        int16 = 36
-	errInvalidPartitions         int16 = 37
-	errInvalidReplicationFactor  int16 = 38
-	errNotController             int16 = 41
-	errInvalidRequest            int16 = 42
-	errUnknownTopicID            int16 = 100
-)
+// errNone is the code of success; every other code is a kerr error.
+const errNone int16 = 0
 
 // errBadInput marks input that closes the connection.
 var errBadInput = errors.New("bad input")
@@ -90,6 +76,8 @@ type pending struct {
 	fn   handlerFunc
 	r    request
 	kreq kmsg.Request
+
+	start time.Time // when queued; set only with metrics
 }
 
 type request struct {
@@ -276,10 +264,10 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		return err
 	}
 	c.l.requests.Add(1)
-	if h.key == 18 { // ApiVersions: any version gets an answer, at the version it picks
+	if h.key == kmsg.ApiVersions.Int16() { // ApiVersions: any version gets an answer, at the version it picks
 		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: c.l.apiVersions(h.version)})
 	}
-	inline := h.key == 12 && c.l.inlineHeartbeats
+	inline := h.key == kmsg.Heartbeat.Int16() && c.l.inlineHeartbeats
 	var kreq kmsg.Request
 	if inline {
 		c.hb.Default()
@@ -298,7 +286,7 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		c.l.unsupported.Add(1)
 		resp := kreq.ResponseKind()
 		resp.SetVersion(h.version)
-		setTopLevelError(resp, errUnsupportedVersion)
+		setTopLevelError(resp, kerr.UnsupportedVersion.Code)
 		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
 	}
 	if kreq.IsFlexible() {
@@ -334,12 +322,19 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 			err = fmt.Errorf("request handler panicked")
 		}
 	}()
+	var start time.Time
+	if c.l.metrics != nil {
+		start = time.Now()
+	}
 	resp := fn(c.ctx, r, req)
 	resp.SetVersion(h.version)
 	c.wmu.Lock()
 	if c.queued == 0 {
 		ok := c.writeAnswer(h.corr, h.key, resp)
 		c.wmu.Unlock()
+		if c.l.metrics != nil {
+			c.l.metrics.observe(h.key, resp, start)
+		}
 		if !ok {
 			return net.ErrClosed
 		}
@@ -381,7 +376,7 @@ func (c *conn) writeAnswer(corr int32, key int16, resp kmsg.Response) bool {
 	buf := c.out.AvailableBuffer()
 	buf = append(buf, 0, 0, 0, 0)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(corr))
-	if resp.IsFlexible() && key != 18 { // ApiVersions answers always use header v0
+	if resp.IsFlexible() && key != kmsg.ApiVersions.Int16() { // ApiVersions answers always use header v0
 		buf = append(buf, 0)
 	}
 	buf = resp.AppendTo(buf)
@@ -418,6 +413,9 @@ func (c *conn) enqueue(p *pending) error {
 		p.done = answered
 	} else {
 		p.done = make(chan struct{})
+	}
+	if c.l.metrics != nil {
+		p.start = time.Now()
 	}
 	c.wmu.Lock()
 	c.queued++
@@ -511,6 +509,9 @@ func (c *conn) writeLoop() {
 		c.wmu.Unlock()
 		if !ok {
 			return
+		}
+		if c.l.metrics != nil && p.resp != nil {
+			c.l.metrics.observe(p.key, p.resp, p.start)
 		}
 	}
 }

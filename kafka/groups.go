@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
@@ -59,7 +60,7 @@ func call[Resp proto.Message](ctx context.Context, l *Listener, timeout time.Dur
 // callErrorCode is the Kafka error code answered when a group call fails
 // (deadline, coordinator unavailable): retriable for every group API, and
 // makes clients look the coordinator up again.
-func callErrorCode(error) int16 { return errCoordinatorNotAvailable }
+func callErrorCode(error) int16 { return kerr.CoordinatorNotAvailable.Code }
 
 func parkTimeout(rebalanceMs int32) time.Duration {
 	if rebalanceMs <= 0 {
@@ -128,7 +129,7 @@ func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGrou
 func (l *Listener) syncGroup(ctx context.Context, r *request, req *kmsg.SyncGroupRequest) kmsg.Response {
 	resp := kmsg.NewPtrSyncGroupResponse()
 	if r.version >= 5 && (req.ProtocolType == nil || req.Protocol == nil) {
-		resp.ErrorCode = errInconsistentGroupProtocol
+		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
 		return resp
 	}
 	n := &grouppb.SyncGroupRequest{
@@ -241,7 +242,7 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 		var nt *grouppb.OffsetCommitTopic
 		for _, p := range t.Partitions {
 			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
-				codes[tp{t.Topic, p.Partition}] = errUnknownTopicOrPartition
+				codes[tp{t.Topic, p.Partition}] = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
 			if nt == nil {
@@ -289,7 +290,7 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 			rp.Partition = p.Partition
 			code, ok := codes[tp{t.Topic, p.Partition}]
 			if !ok {
-				code = errUnknownServerError
+				code = kerr.UnknownServerError.Code
 			}
 			rp.ErrorCode = code
 			rt.Partitions = append(rt.Partitions, rp)
@@ -389,7 +390,7 @@ func (l *Listener) offsetDelete(ctx context.Context, _ *request, req *kmsg.Offse
 		var nt *grouppb.TopicPartitions
 		for _, p := range t.Partitions {
 			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
-				codes[tp{t.Topic, p.Partition}] = errUnknownTopicOrPartition
+				codes[tp{t.Topic, p.Partition}] = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
 			if nt == nil {

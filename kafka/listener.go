@@ -17,6 +17,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cohort-coord/cohort/catalog"
 )
 
@@ -98,6 +100,9 @@ type Config struct {
 	// an error. FindCoordinator does not wait, so a client asks another
 	// node at once.
 	CaughtUp func(ctx context.Context, wait time.Duration) bool
+	// Metrics, when set, receives the listener's Prometheus series
+	// (requests by API and error code, their latency, connections).
+	Metrics prometheus.Registerer
 }
 
 // MetadataCatchUpWait bounds how long a Metadata request on a node that
@@ -166,6 +171,8 @@ type Listener struct {
 
 	// inlineHeartbeats: groups answers heartbeats without waiting.
 	inlineHeartbeats bool
+	// metrics is nil without Config.Metrics.
+	metrics *metrics
 
 	// onJoin, when set (tests), observes every JoinGroup version received.
 	onJoin func(clientID string, version int16)
@@ -226,6 +233,9 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
 	}
 	l.apis, l.version = l.apiTable()
+	if cfg.Metrics != nil {
+		l.metrics = newMetrics(cfg.Metrics, l)
+	}
 	return l, nil
 }
 

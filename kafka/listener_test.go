@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
@@ -51,7 +52,7 @@ func TestSyncGroupV5NullProtocolIsInconsistent(t *testing.T) {
 	sg := sampleRequest(14, 5).(*kmsg.SyncGroupRequest)
 	sg.SetVersion(5)
 	sg.Protocol = nil
-	if r := c.do(sg).(*kmsg.SyncGroupResponse); r.ErrorCode != errInconsistentGroupProtocol {
+	if r := c.do(sg).(*kmsg.SyncGroupResponse); r.ErrorCode != kerr.InconsistentGroupProtocol.Code {
 		t.Fatalf("error %d", r.ErrorCode)
 	}
 	if s.groups.count() != 0 {
@@ -169,7 +170,7 @@ func TestCallErrorsBecomeRetriableCodes(t *testing.T) {
 			case *kmsg.OffsetDeleteResponse:
 				code = r.ErrorCode
 			}
-			if code != errCoordinatorNotAvailable {
+			if code != kerr.CoordinatorNotAvailable.Code {
 				t.Fatalf("%s v%d: error %d, want COORDINATOR_NOT_AVAILABLE", kmsg.NameForKey(k), v, code)
 			}
 		}
@@ -254,7 +255,7 @@ func TestMetadataAutoCreate(t *testing.T) {
 	s := startServer(t, nil, func(c *Config) { c.DefaultPartitions = 4; c.AutoCreateOnlyWhenAllowed = true })
 	c := dial(t, s.l.Addr())
 	r = c.do(md).(*kmsg.MetadataResponse)
-	if r.Topics[1].ErrorCode != errUnknownTopicOrPartition {
+	if r.Topics[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
 		t.Fatalf("no auto-create: %+v", r.Topics[1])
 	}
 	md.AllowAutoTopicCreation = true
@@ -267,7 +268,7 @@ func TestMetadataAutoCreate(t *testing.T) {
 	c2 := dial(t, s2.l.Addr())
 	md.SetVersion(1)
 	r = c2.do(md).(*kmsg.MetadataResponse)
-	if r.Topics[1].ErrorCode != errUnknownTopicOrPartition {
+	if r.Topics[1].ErrorCode != kerr.UnknownTopicOrPartition.Code {
 		t.Fatalf("disabled: %+v", r.Topics[1])
 	}
 	// All topics (null list).
@@ -281,7 +282,7 @@ func TestCoordinatorFunc(t *testing.T) {
 	s := startServer(t, nil, func(c *Config) {
 		c.Coordinator = func(key string) (Broker, int16) {
 			if key == "none" {
-				return Broker{}, errCoordinatorNotAvailable
+				return Broker{}, kerr.CoordinatorNotAvailable.Code
 			}
 			return Broker{NodeID: 7, Host: "leader", Port: 9999}, 0
 		}
@@ -291,7 +292,7 @@ func TestCoordinatorFunc(t *testing.T) {
 	fc.SetVersion(4)
 	fc.CoordinatorKeys = []string{"g", "none"}
 	r := c.do(fc).(*kmsg.FindCoordinatorResponse)
-	if r.Coordinators[0].NodeID != 7 || r.Coordinators[0].Host != "leader" || r.Coordinators[1].ErrorCode != errCoordinatorNotAvailable {
+	if r.Coordinators[0].NodeID != 7 || r.Coordinators[0].Host != "leader" || r.Coordinators[1].ErrorCode != kerr.CoordinatorNotAvailable.Code {
 		t.Fatalf("%+v", r.Coordinators)
 	}
 }
@@ -559,8 +560,8 @@ func TestCatalogChangesWithoutLeader(t *testing.T) {
 		err                error
 		create, deleteCode int16
 	}{
-		{fmt.Errorf("no leader: %w", coordinator.ErrStoreNotLeader), errNotController, errNotController},
-		{fmt.Errorf("slow: %w", coordinator.ErrStoreTimeout), errRequestTimedOut, errRequestTimedOut},
+		{fmt.Errorf("no leader: %w", coordinator.ErrStoreNotLeader), kerr.NotController.Code, kerr.NotController.Code},
+		{fmt.Errorf("slow: %w", coordinator.ErrStoreTimeout), kerr.RequestTimedOut.Code, kerr.RequestTimedOut.Code},
 	}
 	for _, tc := range cases {
 		s := startServerProposing(t, nil, nil, func(context.Context, catalog.Command) error { return tc.err })
@@ -584,8 +585,8 @@ func TestCatalogChangesWithoutLeader(t *testing.T) {
 		mt := kmsg.NewMetadataRequestTopic()
 		mt.Topic = kmsg.StringPtr("auto")
 		md.Topics = append(md.Topics, mt)
-		if got := c.do(md).(*kmsg.MetadataResponse).Topics[0].ErrorCode; got != errLeaderNotAvailable {
-			t.Errorf("%v: Metadata auto-create answered %d, want %d", tc.err, got, errLeaderNotAvailable)
+		if got := c.do(md).(*kmsg.MetadataResponse).Topics[0].ErrorCode; got != kerr.LeaderNotAvailable.Code {
+			t.Errorf("%v: Metadata auto-create answered %d, want %d", tc.err, got, kerr.LeaderNotAvailable.Code)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohort-coord/cohort/catalog"
@@ -37,11 +38,11 @@ func (l *Listener) findCoordinator(ctx context.Context, r *request, req *kmsg.Fi
 		if r.version >= 1 && req.CoordinatorType != 0 {
 			// Transactions are not coordinated here.
 			msg := "cohort coordinates consumer groups only"
-			return Broker{NodeID: -1, Port: -1}, errCoordinatorNotAvailable, &msg
+			return Broker{NodeID: -1, Port: -1}, kerr.CoordinatorNotAvailable.Code, &msg
 		}
 		if !caughtUp {
 			msg := "this node is catching up with the cluster"
-			return Broker{NodeID: -1, Port: -1}, errCoordinatorNotAvailable, &msg
+			return Broker{NodeID: -1, Port: -1}, kerr.CoordinatorNotAvailable.Code, &msg
 		}
 		b, code := l.coordinator(key)
 		if code != errNone {
@@ -84,14 +85,14 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 		if all {
 			for _, t := range l.topics.List() {
 				mt := kmsg.NewMetadataResponseTopic()
-				mt.Topic, mt.TopicID, mt.ErrorCode = kmsg.StringPtr(t.Name), t.ID, errLeaderNotAvailable
+				mt.Topic, mt.TopicID, mt.ErrorCode = kmsg.StringPtr(t.Name), t.ID, kerr.LeaderNotAvailable.Code
 				resp.Topics = append(resp.Topics, mt)
 			}
 			return resp
 		}
 		for _, rt := range req.Topics {
 			mt := kmsg.NewMetadataResponseTopic()
-			mt.Topic, mt.TopicID, mt.ErrorCode = rt.Topic, rt.TopicID, errLeaderNotAvailable
+			mt.Topic, mt.TopicID, mt.ErrorCode = rt.Topic, rt.TopicID, kerr.LeaderNotAvailable.Code
 			resp.Topics = append(resp.Topics, mt)
 		}
 		return resp
@@ -118,7 +119,7 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 		if rt.Topic == nil { // lookup by id (v10+)
 			t, ok := l.topics.GetByID(rt.TopicID)
 			if !ok {
-				add(catalog.Topic{ID: rt.TopicID}, errUnknownTopicID, nil)
+				add(catalog.Topic{ID: rt.TopicID}, kerr.UnknownTopicID.Code, nil)
 				continue
 			}
 			add(t, errNone, kmsg.StringPtr(t.Name))
@@ -130,24 +131,24 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 			var code int16
 			t, code = l.createTopic(ctx, name, l.cfg.DefaultPartitions)
 			switch code {
-			case errTopicAlreadyExists: // raced with another creator
+			case kerr.TopicAlreadyExists.Code: // raced with another creator
 				t, ok = l.topics.Get(name)
 				code = errNone
 				if !ok {
-					code = errUnknownTopicOrPartition
+					code = kerr.UnknownTopicOrPartition.Code
 				}
-			case errRequestTimedOut, errNotController:
+			case kerr.RequestTimedOut.Code, kerr.NotController.Code:
 				// Kafka's answer while an auto-created topic is not
 				// ready yet: clients retry their metadata request.
-				code = errLeaderNotAvailable
+				code = kerr.LeaderNotAvailable.Code
 			}
 			add(t, code, kmsg.StringPtr(name))
 			continue
 		}
 		if !ok {
-			code := errUnknownTopicOrPartition
+			code := kerr.UnknownTopicOrPartition.Code
 			if catalog.ValidateName(name) != nil {
-				code = errInvalidTopic
+				code = kerr.InvalidTopicException.Code
 			}
 			add(catalog.Topic{}, code, kmsg.StringPtr(name))
 			continue
@@ -208,17 +209,17 @@ func catalogErrorCode(err error) int16 {
 	case err == nil:
 		return errNone
 	case errors.Is(err, catalog.ErrTopicExists):
-		return errTopicAlreadyExists
+		return kerr.TopicAlreadyExists.Code
 	case errors.Is(err, catalog.ErrInvalidTopic):
-		return errInvalidTopic
+		return kerr.InvalidTopicException.Code
 	case errors.Is(err, catalog.ErrInvalidPartitions):
-		return errInvalidPartitions
+		return kerr.InvalidPartitions.Code
 	case errors.Is(err, catalog.ErrUnknownTopic):
-		return errUnknownTopicOrPartition
+		return kerr.UnknownTopicOrPartition.Code
 	case errors.Is(err, coordinator.ErrStoreNotLeader):
-		return errNotController
+		return kerr.NotController.Code
 	default:
-		return errRequestTimedOut
+		return kerr.RequestTimedOut.Code
 	}
 }
 
@@ -237,25 +238,25 @@ func (l *Listener) createTopics(ctx context.Context, r *request, req *kmsg.Creat
 		var msg string
 		switch {
 		case catalog.ValidateName(t.Topic) != nil:
-			code, msg = errInvalidTopic, "invalid topic name"
+			code, msg = kerr.InvalidTopicException.Code, "invalid topic name"
 		case parts <= 0 || parts > catalog.MaxPartitions:
-			code, msg = errInvalidPartitions, "partition count must be between 1 and 65536"
+			code, msg = kerr.InvalidPartitions.Code, "partition count must be between 1 and 65536"
 		case t.ReplicationFactor != -1 && t.ReplicationFactor != 1 && len(t.ReplicaAssignment) == 0:
-			code, msg = errInvalidReplicationFactor, "this cluster has one broker: replication factor must be 1 or -1"
+			code, msg = kerr.InvalidReplicationFactor.Code, "this cluster has one broker: replication factor must be 1 or -1"
 		case req.ValidateOnly:
 			if _, ok := l.topics.Get(t.Topic); ok {
-				code, msg = errTopicAlreadyExists, "topic already exists"
+				code, msg = kerr.TopicAlreadyExists.Code, "topic already exists"
 			}
 		default:
 			var topic catalog.Topic
 			topic, code = l.createTopic(ctx, t.Topic, parts)
 			rt.TopicID = topic.ID
 			switch code {
-			case errTopicAlreadyExists:
+			case kerr.TopicAlreadyExists.Code:
 				msg = "topic already exists"
-			case errRequestTimedOut:
+			case kerr.RequestTimedOut.Code:
 				msg = "catalog update did not complete"
-			case errNotController:
+			case kerr.NotController.Code:
 				msg = "no Raft leader to take the catalog update"
 			}
 		}
@@ -298,9 +299,9 @@ func (l *Listener) deleteTopics(ctx context.Context, r *request, req *kmsg.Delet
 			t, ok = l.topics.GetByID(tg.id)
 		}
 		if !ok {
-			rt.ErrorCode = errUnknownTopicOrPartition
+			rt.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			if tg.name == nil {
-				rt.ErrorCode = errUnknownTopicID
+				rt.ErrorCode = kerr.UnknownTopicID.Code
 			}
 			resp.Topics = append(resp.Topics, rt)
 			continue
@@ -327,7 +328,7 @@ func (l *Listener) listOffsets(_ context.Context, r *request, req *kmsg.ListOffs
 			rp.Partition = p.Partition
 			switch {
 			case !l.topics.HasPartition(t.Topic, p.Partition):
-				rp.ErrorCode = errUnknownTopicOrPartition
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			case r.version == 0:
 				rp.OldStyleOffsets = []int64{0}
 			default:
@@ -356,7 +357,7 @@ func (l *Listener) fetch(ctx context.Context, r *request, req *kmsg.FetchRequest
 			rp := kmsg.NewFetchResponseTopicPartition()
 			rp.Partition = p.Partition
 			if !l.topics.HasPartition(t.Topic, p.Partition) {
-				rp.ErrorCode = errUnknownTopicOrPartition
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset = -1, -1, -1
 			} else {
 				end := max(p.FetchOffset, 0)
@@ -391,7 +392,7 @@ func (l *Listener) produce(_ context.Context, r *request, req *kmsg.ProduceReque
 		for _, p := range t.Partitions {
 			rp := kmsg.NewProduceResponseTopicPartition()
 			rp.Partition = p.Partition
-			rp.ErrorCode = errInvalidRequest
+			rp.ErrorCode = kerr.InvalidRequest.Code
 			rp.BaseOffset = -1
 			if r.version >= 8 {
 				rp.ErrorMessage = kmsg.StringPtr(produceRejected)

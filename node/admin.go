@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -12,13 +10,16 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/coordinator"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+	"github.com/cohort-coord/cohort/raftfsm"
 )
 
 // AdminName is the well-known actor name of the cluster administration API.
-const AdminName = "cluster"
+const AdminName = admin.ActorName
 
 const adminTimeout = 20 * time.Second
 
@@ -34,12 +35,14 @@ func (a *adminActor) Receive(ctx actor.Context) {
 		a.async(ctx, func() proto.Message { return a.n.join(m) })
 	case *clusterpb.AddVoterRequest:
 		a.async(ctx, func() proto.Message {
-			return a.n.leaderOnly(func() error {
-				return a.n.raft.Raft.AddVoter(raft.ServerID(m.GetNodeId()), raft.ServerAddress(m.GetRaftAddr()), 0, adminTimeout).Error()
-			})
+			return a.n.adminResponse(a.n.raft.AddVoter(m.GetNodeId(), m.GetRaftAddr()))
 		})
 	case *clusterpb.RemoveVoterRequest:
-		a.async(ctx, func() proto.Message { return a.n.leaderOnly(func() error { return a.n.removeVoter(m.GetNodeId()) }) })
+		a.async(ctx, func() proto.Message {
+			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
+			defer cancel()
+			return a.n.adminResponse(a.n.raft.RemoveVoter(ctx, m.GetNodeId()))
+		})
 	case *raftpb.TopicCreate:
 		cmd := catalog.CreateTopic{Name: m.GetName(), Partitions: m.GetPartitions()}
 		copy(cmd.ID[:], m.GetId())
@@ -47,7 +50,7 @@ func (a *adminActor) Receive(ctx actor.Context) {
 	case *raftpb.TopicDelete:
 		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(catalog.DeleteTopic{Name: m.GetName()}) })
 	case *clusterpb.TransferLeadershipRequest:
-		a.async(ctx, func() proto.Message { return a.n.leaderOnly(func() error { return a.n.transfer(m.GetNodeId()) }) })
+		a.async(ctx, func() proto.Message { return a.n.adminResponse(a.n.raft.TransferLeadership(m.GetNodeId())) })
 	}
 }
 
@@ -67,87 +70,42 @@ func (n *Node) leaderRemote() string {
 	return ""
 }
 
-func (n *Node) leaderOnly(f func() error) *clusterpb.AdminResponse {
-	if !n.raft.IsLeader() {
-		return &clusterpb.AdminResponse{Error: "not the leader", LeaderRemoteAddr: n.leaderRemote()}
+// adminCode is the typed code of a membership error.
+func adminCode(err error) clusterpb.AdminError {
+	switch {
+	case err == nil:
+		return clusterpb.AdminError_ADMIN_ERROR_NONE
+	case errors.Is(err, raftfsm.ErrNotLeader), errors.Is(err, coordinator.ErrStoreNotLeader):
+		return clusterpb.AdminError_ADMIN_ERROR_NOT_LEADER
+	case errors.Is(err, raftfsm.ErrInvalidRequest):
+		return clusterpb.AdminError_ADMIN_ERROR_INVALID_REQUEST
+	case errors.Is(err, raftfsm.ErrUnknownNode):
+		return clusterpb.AdminError_ADMIN_ERROR_UNKNOWN_NODE
+	case errors.Is(err, raftfsm.ErrLeadershipMoved):
+		return clusterpb.AdminError_ADMIN_ERROR_LEADERSHIP_MOVED
+	default:
+		return clusterpb.AdminError_ADMIN_ERROR_RAFT
 	}
-	if err := f(); err != nil {
-		return &clusterpb.AdminResponse{Error: err.Error(), LeaderRemoteAddr: n.leaderRemote()}
+}
+
+func (n *Node) adminResponse(err error) *clusterpb.AdminResponse {
+	r := &clusterpb.AdminResponse{LeaderRemoteAddr: n.leaderRemote(), Code: adminCode(err)}
+	if err != nil {
+		r.Error = err.Error()
 	}
-	return &clusterpb.AdminResponse{LeaderRemoteAddr: n.leaderRemote()}
+	return r
 }
 
 // join adds a node as a voter (or updates its address) and records its
 // addresses. Joining again is a no-op.
 func (n *Node) join(m *clusterpb.JoinRequest) *clusterpb.JoinResponse {
-	if !n.raft.IsLeader() {
-		return &clusterpb.JoinResponse{Error: "not the leader", LeaderRemoteAddr: n.leaderRemote()}
-	}
-	if m.GetNodeId() == "" || m.GetRaftAddr() == "" {
-		return &clusterpb.JoinResponse{Error: "node id and raft addr are required"}
-	}
-	f := n.raft.Raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return &clusterpb.JoinResponse{Error: err.Error()}
-	}
-	present := false
-	for _, s := range f.Configuration().Servers {
-		if s.ID == raft.ServerID(m.GetNodeId()) && s.Address == raft.ServerAddress(m.GetRaftAddr()) && s.Suffrage == raft.Voter {
-			present = true
-		}
-	}
-	if !present {
-		if err := n.raft.Raft.AddVoter(raft.ServerID(m.GetNodeId()), raft.ServerAddress(m.GetRaftAddr()), 0, adminTimeout).Error(); err != nil {
-			return &clusterpb.JoinResponse{Error: err.Error(), LeaderRemoteAddr: n.leaderRemote()}
-		}
-		n.log.Info("voter added", "node", m.GetNodeId(), "raft_addr", m.GetRaftAddr())
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
 	reg := &raftpb.NodeRegister{NodeId: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), RemoteAddr: m.GetRemoteAddr(), KafkaAddr: m.GetKafkaAddr()}
-	if err := n.raft.Register(ctx, reg); err != nil {
-		return &clusterpb.JoinResponse{Error: err.Error(), LeaderRemoteAddr: n.leaderRemote()}
+	if err := n.raft.Join(ctx, reg); err != nil {
+		return &clusterpb.JoinResponse{Error: err.Error(), Code: adminCode(err), LeaderRemoteAddr: n.leaderRemote()}
 	}
 	return &clusterpb.JoinResponse{LeaderRemoteAddr: n.remoteAddr}
-}
-
-func (n *Node) removeVoter(id string) error {
-	if id == "" {
-		return errors.New("node id is required")
-	}
-	if id == n.raft.ID() {
-		// Removing the leader: hand leadership over first so the cluster
-		// keeps a leader that can commit the removal.
-		if err := n.raft.Raft.LeadershipTransfer().Error(); err != nil {
-			return fmt.Errorf("transfer leadership before removing the leader: %w", err)
-		}
-		return errors.New("leadership transferred; send the removal again to the new leader")
-	}
-	if !slices.Contains(n.voters(), id) {
-		return fmt.Errorf("node %q is not a voter of the cluster", id)
-	}
-	if err := n.raft.Raft.RemoveServer(raft.ServerID(id), 0, adminTimeout).Error(); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
-	defer cancel()
-	return n.raft.Unregister(ctx, id)
-}
-
-func (n *Node) transfer(id string) error {
-	if id == "" {
-		return n.raft.Raft.LeadershipTransfer().Error()
-	}
-	f := n.raft.Raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return err
-	}
-	for _, s := range f.Configuration().Servers {
-		if s.ID == raft.ServerID(id) {
-			return n.raft.Raft.LeadershipTransferToServer(s.ID, s.Address).Error()
-		}
-	}
-	return fmt.Errorf("node %q is not in the cluster", id)
 }
 
 func (n *Node) status() *clusterpb.StatusResponse {
@@ -163,6 +121,8 @@ func (n *Node) status() *clusterpb.StatusResponse {
 		CommitIndex:  num("commit_index"),
 		FsmHash:      n.raft.FSM.Hash(),
 	}
+	ready := n.Readiness()
+	resp.Ready, resp.NotReady = ready.Ready(), ready.Failing()
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		resp.Error = err.Error()

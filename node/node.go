@@ -18,16 +18,17 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/cohort-coord/cohort/actors"
+	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
 	"github.com/cohort-coord/cohort/kafka"
+	"github.com/cohort-coord/cohort/ops"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 	"github.com/cohort-coord/cohort/raftfsm"
@@ -56,6 +57,15 @@ type Config struct {
 	// to be added as a voter (again on every start, which is harmless).
 	Join   string
 	Logger *slog.Logger
+	// HTTPAddr is where the operator HTTP listener serves /metrics,
+	// /healthz, /readyz and the status page; empty disables it.
+	HTTPAddr string
+	// Metrics is the registry the node's metrics go to; nil: a registry of
+	// its own, with the Go runtime and process collectors.
+	Metrics *prometheus.Registry
+	// MetricsOff leaves out metrics and group views (benchmarks that
+	// measure what they cost).
+	MetricsOff bool
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -84,6 +94,11 @@ func (c Config) Validate() error {
 	}
 	if err := validateAddr(c.Kafka.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("kafka addr: %w", err))
+	}
+	if c.HTTPAddr != "" {
+		if err := validateAddr(c.HTTPAddr); err != nil {
+			errs = append(errs, fmt.Errorf("http addr: %w", err))
+		}
 	}
 	if c.Kafka.AdvertisedAddr != "" {
 		if err := validateAddr(c.Kafka.AdvertisedAddr); err != nil {
@@ -155,6 +170,9 @@ type Node struct {
 	bg         sync.WaitGroup
 	closeOnce  sync.Once
 	active     atomic.Bool
+	registry   *prometheus.Registry
+	observer   *actors.Observer
+	http       *ops.Server
 }
 
 // activateTimeout bounds the switch of the group service on a leadership change.
@@ -195,6 +213,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		t, ok := cat.Get(topic)
 		return t.Partitions, ok
 	}
+	if err = n.startMetrics(); err != nil {
+		return nil, err
+	}
 	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		return log.With("component", "actor")
 	}))
@@ -203,7 +224,7 @@ func Start(cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true})
+	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true, Observer: n.observer})
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +239,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	kcfg.Coordinator = n.coordinatorBroker
 	kcfg.Brokers = n.brokers
 	kcfg.CaughtUp = n.caughtUp.Wait
+	if !cfg.MetricsOff {
+		kcfg.Metrics = n.registry
+	}
 	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err
@@ -226,8 +250,12 @@ func Start(cfg Config) (_ *Node, err error) {
 	kctx, n.stopKafka = context.WithCancel(context.Background())
 	n.kafkaDone = make(chan error, 1)
 	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
+	if err = n.startHTTP(); err != nil {
+		return nil, err
+	}
 	n.bg.Add(1)
 	go n.watchLeadership()
+	go n.stopOnHalt()
 	if n.remote != nil {
 		n.bg.Add(1)
 		go n.register()
@@ -344,45 +372,17 @@ func (n *Node) joinTargets() []string {
 func (n *Node) askJoin(addr string) error {
 	reg := n.self()
 	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr}
-	for hop := 0; hop < 3; hop++ {
-		res, err := n.await(n.system.Root.RequestFuture(actor.NewPID(addr, AdminName), join, 10*time.Second))
-		if err != nil {
-			return err
-		}
-		r, ok := res.(*clusterpb.JoinResponse)
-		if !ok {
-			return fmt.Errorf("unexpected answer %T", res)
-		}
-		if r.GetError() == "" {
-			return nil
-		}
-		if r.GetLeaderRemoteAddr() == "" || r.GetLeaderRemoteAddr() == addr {
-			return errors.New(r.GetError())
-		}
-		addr = r.GetLeaderRemoteAddr()
-	}
-	return errors.New("no leader found")
-}
-
-var errStopping = errors.New("node is stopping")
-
-// await waits for a future unless the node stops first.
-func (n *Node) await(f *actor.Future) (any, error) {
-	type result struct {
-		v   any
-		err error
-	}
-	ch := make(chan result, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	go func() {
-		v, err := f.Result()
-		ch <- result{v, err}
+		select {
+		case <-n.stop:
+			cancel()
+		case <-ctx.Done():
+		}
 	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-n.stop:
-		return nil, errStopping
-	}
+	_, err := admin.NewClient(n.system).DoOnLeader(ctx, addr, join)
+	return err
 }
 
 // coordinatorBroker answers FindCoordinator: the leader's Kafka address. A
@@ -491,7 +491,7 @@ func (n *Node) RemoteAddr() string { return n.remoteAddr }
 // Shutdown stops the node gracefully: a leader first hands leadership to
 // another voter, so members see a failover without a session timeout.
 func (n *Node) Shutdown() error {
-	if n.raft != nil && n.raft.IsLeader() && len(n.voters()) > 1 {
+	if n.raft != nil && n.raft.IsLeader() && len(n.raft.Voters()) > 1 {
 		if err := n.raft.Raft.LeadershipTransfer().Error(); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
@@ -501,26 +501,13 @@ func (n *Node) Shutdown() error {
 	return n.Close()
 }
 
-func (n *Node) voters() []string {
-	f := n.raft.Raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	var ids []string
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			ids = append(ids, string(s.ID))
-		}
-	}
-	return ids
-}
-
 // Close stops the node at once: Kafka listener, group actors, native API,
 // Raft.
 func (n *Node) Close() error {
 	var err error
 	n.closeOnce.Do(func() {
 		close(n.stop)
+		n.stopHTTP()
 		if n.stopKafka != nil {
 			n.stopKafka()
 			<-n.kafkaDone
@@ -553,7 +540,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-n.stop:
+		return n.raft.FSM.HaltErr()
+	}
 	n.log.Info("shutting down")
 	return n.Shutdown()
 }

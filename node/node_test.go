@@ -25,7 +25,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // startNode starts a single-node cluster; withRemote also serves the native
 // API (at most one test per process may: protoactor's remote sets gRPC's
 // global logger, which races with another remote's goroutines).
-func startNode(t *testing.T, withRemote bool) *Node {
+func startNode(t *testing.T, withRemote bool, opts ...func(*Config)) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
@@ -40,6 +40,9 @@ func startNode(t *testing.T, withRemote bool) *Node {
 	cfg.Raft.LeaderLeaseTimeout = 50 * time.Millisecond
 	cfg.Group.InitialRebalanceDelay = 0
 	cfg.Logger = quiet()
+	for _, o := range opts {
+		o(&cfg)
+	}
 	n, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)

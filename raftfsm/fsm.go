@@ -8,7 +8,6 @@ package raftfsm
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
@@ -20,6 +19,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -36,6 +36,12 @@ const CommandVersion = 1
 // refuses it the same way.
 var ErrBadCommand = errors.New("raftfsm: bad command")
 
+// ErrHalted: the FSM met an entry of a type or version it does not know and
+// that is not marked ignorable (a newer node wrote it). It applies nothing
+// after it and takes no snapshot, so its state never moves past an entry it
+// skipped; the node must stop and be upgraded.
+var ErrHalted = errors.New("raftfsm: halted on an entry this version cannot apply")
+
 // ApplyResult is what FSM.Apply returns for an entry: Err for the whole
 // entry, or one error per write of a GroupWrites entry.
 type ApplyResult struct {
@@ -50,6 +56,9 @@ type FSM struct {
 	nodes   map[string]*raftpb.NodeRegister
 	catalog *catalog.Catalog
 	log     *slog.Logger
+	// halt is set once, on the apply goroutine; halted is closed then.
+	halt   atomic.Pointer[error]
+	halted chan struct{}
 }
 
 // NewFSM returns an empty FSM that applies topic commands to cat.
@@ -57,7 +66,7 @@ func NewFSM(cat *catalog.Catalog, log *slog.Logger) *FSM {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &FSM{state: NewState(), nodes: map[string]*raftpb.NodeRegister{}, catalog: cat, log: log}
+	return &FSM{state: NewState(), nodes: map[string]*raftpb.NodeRegister{}, catalog: cat, log: log, halted: make(chan struct{})}
 }
 
 var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResult{
@@ -68,18 +77,46 @@ var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResul
 	raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE:   (*FSM).applyNodeRemove,
 }
 
-// Apply implements raft.FSM.
+// Apply implements raft.FSM. An entry of an unknown type or version is
+// refused and skipped when it is marked ignorable; otherwise a newer node
+// wrote something this one cannot apply, and the FSM halts (Halted) rather
+// than diverge from the replicas that applied it.
 func (f *FSM) Apply(l *raft.Log) any {
+	if err := f.halt.Load(); err != nil {
+		return &ApplyResult{Err: fmt.Errorf("%w: entry %d not applied: %w", ErrBadCommand, l.Index, *err)}
+	}
 	var env raftpb.Envelope
 	if err := proto.Unmarshal(l.Data, &env); err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: entry %d: %v", ErrBadCommand, l.Index, err)}
 	}
 	apply, ok := applyTable[env.GetType()]
 	if !ok || env.GetVersion() != CommandVersion {
-		f.log.Error("refusing an entry this version cannot apply", "index", l.Index, "type", env.GetType(), "version", env.GetVersion())
-		return &ApplyResult{Err: fmt.Errorf("%w: entry %d: type %v version %d", ErrBadCommand, l.Index, env.GetType(), env.GetVersion())}
+		err := fmt.Errorf("%w: entry %d: type %v version %d", ErrBadCommand, l.Index, env.GetType(), env.GetVersion())
+		if env.GetIgnorable() || env.GetType() == raftpb.CommandType_COMMAND_TYPE_UNSPECIFIED {
+			// No version writes an entry without a type: it is garbage, not
+			// a newer command, and refused like bytes that are no envelope.
+			f.log.Warn("skipping an ignorable entry this version cannot apply", "index", l.Index, "type", env.GetType(), "version", env.GetVersion())
+			return &ApplyResult{Err: err}
+		}
+		f.log.Error("halting: an entry this version cannot apply and may not skip", "index", l.Index, "type", env.GetType(), "version", env.GetVersion())
+		halt := fmt.Errorf("%w: entry %d: type %v version %d", ErrHalted, l.Index, env.GetType(), env.GetVersion())
+		f.halt.Store(&halt)
+		close(f.halted)
+		return &ApplyResult{Err: fmt.Errorf("%w: %w", err, halt)}
 	}
 	return apply(f, env.GetPayload())
+}
+
+// Halted is closed when the FSM halts; HaltErr then says why.
+func (f *FSM) Halted() <-chan struct{} { return f.halted }
+
+// HaltErr returns why the FSM halted (wrapping ErrHalted), nil while it
+// applies entries.
+func (f *FSM) HaltErr() error {
+	if err := f.halt.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 func (f *FSM) applyGroupWrites(payload []byte) *ApplyResult {
@@ -179,47 +216,56 @@ func (f *FSM) Groups() ([]string, error) {
 	return f.state.Groups(), nil
 }
 
-// encode writes the whole state as snapshot records: nodes, topics, then
-// groups, each in a fixed order.
-func (f *FSM) encode(w io.Writer) error {
+// capture returns the snapshot records of the whole state, in their fixed
+// order (nodes, topics, then groups), without encoding them. Applied
+// records are never changed in place (an apply replaces the pointer), so the
+// records stay as captured after the lock is released. Caller holds f.mu.
+func (f *FSM) capture() []*raftpb.SnapshotRecord {
+	var out []*raftpb.SnapshotRecord
 	for _, n := range f.sortedNodes() {
-		if err := writeRecord(w, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}}); err != nil {
-			return err
-		}
+		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}})
 	}
 	for _, t := range f.catalog.Snapshot() {
 		tc := &raftpb.TopicCreate{Name: t.Name, Id: t.ID[:], Partitions: t.Partitions}
-		if err := writeRecord(w, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Topic{Topic: tc}}); err != nil {
+		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Topic{Topic: tc}})
+	}
+	return f.state.capture(out)
+}
+
+func encodeRecords(w io.Writer, recs []*raftpb.SnapshotRecord) error {
+	for _, r := range recs {
+		if err := writeRecord(w, r); err != nil {
 			return err
 		}
 	}
-	return f.state.writeTo(w)
+	return nil
 }
 
 // Hash returns a hex SHA-256 of the encoded state: equal on every node that
 // applied the same entries.
 func (f *FSM) Hash() string {
-	h := sha256.New()
 	f.mu.RLock()
-	err := f.encode(h)
+	recs := f.capture()
 	f.mu.RUnlock()
-	if err != nil {
+	h := sha256.New()
+	if err := encodeRecords(h, recs); err != nil {
 		return "error: " + err.Error()
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Snapshot implements raft.FSM: the state is encoded under the read lock
-// and written out later by Persist.
+// Snapshot implements raft.FSM: it captures the records under the read
+// lock, which blocks Apply only for that copy of pointers; Persist encodes
+// them. A halted FSM takes no snapshot: its state would claim entries it
+// never applied.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	var buf bytes.Buffer
-	f.mu.RLock()
-	err := f.encode(&buf)
-	f.mu.RUnlock()
-	if err != nil {
+	if err := f.HaltErr(); err != nil {
 		return nil, err
 	}
-	return &snapshot{data: buf.Bytes()}, nil
+	f.mu.RLock()
+	recs := f.capture()
+	f.mu.RUnlock()
+	return &snapshot{recs: recs}, nil
 }
 
 // Restore implements raft.FSM: it replaces the whole state.
@@ -280,10 +326,15 @@ func readRecord(r *bufio.Reader, rec *raftpb.SnapshotRecord) error {
 	return proto.Unmarshal(body, rec)
 }
 
-type snapshot struct{ data []byte }
+type snapshot struct{ recs []*raftpb.SnapshotRecord }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(s.data); err != nil {
+	w := bufio.NewWriterSize(sink, 64<<10)
+	if err := encodeRecords(w, s.recs); err != nil {
+		sink.Cancel()
+		return err
+	}
+	if err := w.Flush(); err != nil {
 		sink.Cancel()
 		return err
 	}

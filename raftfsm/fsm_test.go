@@ -22,14 +22,16 @@ import (
 )
 
 // badCommands are entries this version must refuse. Each would change the
-// state if it were applied as a group write.
+// state if it were applied as a group write. Those of unknown types and
+// versions are marked ignorable, so refusing them does not halt the FSM
+// (halt_test.go covers entries without the flag).
 func badCommands(t testing.TB) map[string][]byte {
 	payload, err := proto.Marshal(&raftpb.GroupWrites{Writes: []*raftpb.GroupWrite{writeOf("x", nil, groupRecord("x", 1, "m1"))}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := func(typ raftpb.CommandType, version uint32, payload []byte) []byte {
-		b, err := proto.Marshal(&raftpb.Envelope{Type: typ, Version: version, Payload: payload})
+		b, err := proto.Marshal(&raftpb.Envelope{Type: typ, Version: version, Payload: payload, Ignorable: true})
 		if err != nil {
 			t.Fatal(err)
 		}

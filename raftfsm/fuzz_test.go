@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"testing"
 
@@ -87,6 +88,15 @@ func FuzzApply(f *testing.F) {
 		}
 		if a.Hash() != b.Hash() {
 			t.Fatal("same entries, different hashes")
+		}
+		if (a.HaltErr() == nil) != (b.HaltErr() == nil) {
+			t.Fatalf("one FSM halted (%v), the other not (%v)", a.HaltErr(), b.HaltErr())
+		}
+		if a.HaltErr() != nil {
+			if _, err := a.Snapshot(); !errors.Is(err, ErrHalted) {
+				t.Fatalf("a halted FSM took a snapshot: %v", err)
+			}
+			return
 		}
 		requireSame(t, "restored", a, restored(t, encoded(t, a)))
 	})

@@ -69,6 +69,8 @@ type Node struct {
 	// LeaderCh receives true when this node becomes leader and false when
 	// it stops being leader.
 	LeaderCh <-chan bool
+	// unregister undoes RegisterMetrics on Close.
+	unregister []func()
 }
 
 // Open starts a Raft node over real files: the log and stable store in
@@ -262,6 +264,9 @@ func (n *Node) Unregister(ctx context.Context, id string) error {
 
 // Close shuts the node down.
 func (n *Node) Close() error {
+	for _, f := range n.unregister {
+		f()
+	}
 	if n.Store != nil {
 		n.Store.Close()
 	}

@@ -70,10 +70,14 @@ func (s *State) applyRecord(r *pb.Record) {
 	case *pb.Record_GenerationReserved:
 		r := k.GenerationReserved
 		g := s.entry(r.GetGroupId())
-		if g.rec == nil {
-			g.rec = &pb.GroupRecord{GroupId: r.GetGroupId()}
+		// A stored record is never changed in place: snapshots and loads
+		// may hold it.
+		rec := &pb.GroupRecord{GroupId: r.GetGroupId()}
+		if g.rec != nil {
+			rec = proto.CloneOf(g.rec)
 		}
-		g.rec.GenerationFloor = max(g.rec.GetGenerationFloor(), r.GetGeneration())
+		rec.GenerationFloor = max(rec.GetGenerationFloor(), r.GetGeneration())
+		g.rec = rec
 	case *pb.Record_GroupTombstone:
 		if g := s.groups[k.GroupTombstone.GetGroupId()]; g != nil {
 			g.rec = nil
@@ -133,24 +137,19 @@ func (s *State) Groups() []string {
 	return ids
 }
 
-// writeTo writes the state as length-delimited snapshot records, groups in
-// id order, each group's record before its offsets in (topic, partition)
-// order.
-func (s *State) writeTo(w io.Writer) error {
+// capture appends the state's snapshot records to out: groups in id order,
+// each group's record before its offsets in (topic, partition) order.
+func (s *State) capture(out []*raftpb.SnapshotRecord) []*raftpb.SnapshotRecord {
 	for _, id := range s.Groups() {
 		g := s.groups[id]
 		if g.rec != nil {
-			if err := writeRecord(w, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Group{Group: g.rec}}); err != nil {
-				return err
-			}
+			out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Group{Group: g.rec}})
 		}
 		for _, o := range g.sortedOffsets() {
-			if err := writeRecord(w, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Offset{Offset: o}}); err != nil {
-				return err
-			}
+			out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Offset{Offset: o}})
 		}
 	}
-	return nil
+	return out
 }
 
 var deterministic = proto.MarshalOptions{Deterministic: true}

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -113,16 +115,55 @@ func (c *cli) describe(ctx context.Context, group string) (groupInfo, error) {
 	return info, nil
 }
 
-func (c *cli) groupsDescribe(ctx context.Context, group string) error {
+// describeView selects what groups describe shows: everything, only the
+// members (--members) or only the state (--state), as
+// kafka-consumer-groups.sh --describe does.
+type describeView int
+
+const (
+	viewAll describeView = iota
+	viewMembers
+	viewState
+)
+
+type groupState struct {
+	Group        string `json:"group"`
+	State        string `json:"state"`
+	ProtocolType string `json:"protocol_type"`
+	Protocol     string `json:"protocol"`
+	Generation   *int32 `json:"generation,omitempty"`
+	Members      int    `json:"members"`
+}
+
+func (c *cli) groupsDescribe(ctx context.Context, group string, view describeView) error {
 	info, err := c.describe(ctx, group)
 	if err != nil {
 		return err
 	}
+	gen := "-"
+	if info.Generation != nil {
+		gen = strconv.Itoa(int(*info.Generation))
+	}
+	switch view {
+	case viewState:
+		st := groupState{info.Group, info.State, info.ProtocolType, info.Protocol, info.Generation, len(info.Members)}
+		return c.print(st, func(w *tabwriter.Writer) {
+			fmt.Fprintln(w, "GROUP\tSTATE\tPROTOCOL TYPE\tPROTOCOL\tGENERATION\tMEMBERS")
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", st.Group, st.State, dash(st.ProtocolType), dash(st.Protocol), gen, st.Members)
+		})
+	case viewMembers:
+		return c.print(info.Members, func(w *tabwriter.Writer) {
+			fmt.Fprintln(w, "MEMBER\tINSTANCE\tCLIENT\tHOST\tPARTITIONS\tASSIGNMENT")
+			for _, m := range info.Members {
+				n := 0
+				for _, ps := range m.Assignment {
+					n += len(ps)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", m.MemberID, dash(m.InstanceID), m.ClientID, m.ClientHost, n, formatAssignment(m))
+			}
+		})
+	}
 	return c.print(info, func(w *tabwriter.Writer) {
-		gen := "-"
-		if info.Generation != nil {
-			gen = strconv.Itoa(int(*info.Generation))
-		}
 		fmt.Fprintf(w, "GROUP\t%s\nSTATE\t%s\nPROTOCOL TYPE\t%s\nPROTOCOL\t%s\nGENERATION\t%s\nMEMBERS\t%d\n\n",
 			info.Group, info.State, dash(info.ProtocolType), dash(info.Protocol), gen, len(info.Members))
 		if len(info.Members) == 0 {
@@ -143,7 +184,7 @@ func formatAssignment(m groupMember) string {
 		return "-"
 	}
 	var parts []string
-	for _, t := range slices.Sorted(mapsKeys(m.Assignment)) {
+	for _, t := range slices.Sorted(maps.Keys(m.Assignment)) {
 		ps := make([]string, len(m.Assignment[t]))
 		for i, p := range m.Assignment[t] {
 			ps[i] = strconv.Itoa(int(p))
@@ -151,16 +192,6 @@ func formatAssignment(m groupMember) string {
 		parts = append(parts, t+":"+strings.Join(ps, ","))
 	}
 	return strings.Join(parts, " ")
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func (c *cli) groupsDelete(ctx context.Context, group string) error {
@@ -176,8 +207,13 @@ func (c *cli) groupsDelete(ctx context.Context, group string) error {
 	if err := codeErr("delete "+group, resp.Groups[0].ErrorCode); err != nil {
 		return err
 	}
-	return c.print(map[string]any{"group": group, "deleted": true}, func(w *tabwriter.Writer) {
-		fmt.Fprintf(w, "deleted group %s\n", group)
+	return c.printDeleted("group", group)
+}
+
+// printDeleted reports that the named group or topic was deleted.
+func (c *cli) printDeleted(kind, name string) error {
+	return c.print(map[string]any{kind: name, "deleted": true}, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "deleted %s %s\n", kind, name)
 	})
 }
 
@@ -199,7 +235,7 @@ type tpKey struct {
 
 func (c *cli) offsets(ctx context.Context, group string) error {
 	info, err := c.describe(ctx, group)
-	if err != nil {
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) { // no group: no offsets, no owners
 		return err
 	}
 	rows := map[tpKey]*offsetRow{}
@@ -220,47 +256,13 @@ func (c *cli) offsets(ctx context.Context, group string) error {
 	}
 
 	// Committed offsets: every topic (null topic list).
-	of := kmsg.NewPtrOffsetFetchRequest()
-	of.Group = group
-	g := kmsg.NewOffsetFetchRequestGroup()
-	g.Group = group
-	of.Groups = append(of.Groups, g)
-	ofr, err := of.RequestWith(ctx, c.cl)
+	committed, err := c.committed(ctx, group)
 	if err != nil {
 		return err
 	}
-	add := func(t string, p int32, off int64, code int16) error {
-		if code != 0 {
-			return codeErr(fmt.Sprintf("offset of %s/%d", t, p), code)
-		}
-		if off >= 0 {
-			r := row(t, p)
-			r.Committed = &off
-		}
-		return nil
-	}
-	if len(ofr.Groups) > 0 {
-		if err := codeErr("fetch offsets", ofr.Groups[0].ErrorCode); err != nil {
-			return err
-		}
-		for _, t := range ofr.Groups[0].Topics {
-			for _, p := range t.Partitions {
-				if err := add(t.Topic, p.Partition, p.Offset, p.ErrorCode); err != nil {
-					return err
-				}
-			}
-		}
-	} else {
-		if err := codeErr("fetch offsets", ofr.ErrorCode); err != nil {
-			return err
-		}
-		for _, t := range ofr.Topics {
-			for _, p := range t.Partitions {
-				if err := add(t.Topic, p.Partition, p.Offset, p.ErrorCode); err != nil {
-					return err
-				}
-			}
-		}
+	for k, off := range committed {
+		r := row(k.topic, k.partition)
+		r.Committed = &off
 	}
 
 	// Log end offsets, for lag.

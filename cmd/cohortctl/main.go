@@ -2,11 +2,15 @@
 // protocol, so it works against cohort and against any Kafka cluster.
 //
 //	cohortctl [--bootstrap host:port] [--json] groups list
-//	cohortctl groups describe GROUP
+//	cohortctl groups describe [--members | --state] GROUP
 //	cohortctl groups delete GROUP
 //	cohortctl offsets GROUP
+//	cohortctl offsets reset GROUP --topic T (--to-offset N | --shift-by N) [--execute]
+//	cohortctl offsets reset GROUP --from-file plan.csv [--execute]
+//	cohortctl offsets delete GROUP --topic T [--partitions P,...]
 //	cohortctl topics list
 //	cohortctl topics create [--partitions N] [--replication-factor R] TOPIC
+//	cohortctl topics delete TOPIC
 //
 // --bootstrap defaults to $COHORT_BOOTSTRAP, else 127.0.0.1:9092.
 package main
@@ -44,11 +48,17 @@ const usage = `usage: cohortctl [--bootstrap host:port] [--json] [--timeout d] C
 
 commands:
   groups list                  groups with protocol type and state
-  groups describe GROUP        state, protocol, generation, members and their assignments
+  groups describe [--members | --state] GROUP
+                               state, protocol, generation, members and their assignments
   groups delete GROUP          delete an empty group and its offsets
   offsets GROUP                committed offset, log end, lag and owner per partition
+  offsets reset GROUP (--topic T [--partitions P,...] (--to-offset N | --shift-by N) | --from-file CSV) [--execute]
+                               plan (and with --execute commit) new offsets; the group must have no members
+  offsets delete GROUP --topic T [--partitions P,...]
+                               delete committed offsets (OffsetDelete)
   topics list                  topics and partition counts
   topics create [--partitions N] [--replication-factor R] TOPIC
+  topics delete TOPIC
   cluster [--remote host:port] status|add-voter|remove-voter|transfer-leadership
 `
 
@@ -105,16 +115,36 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	switch {
 	case cmd == "groups list" && len(args) == 2:
 		return c.groupsList(ctx)
-	case cmd == "groups describe" && len(args) == 3:
-		return c.groupsDescribe(ctx, args[2])
+	case cmd == "groups describe" && len(args) >= 3:
+		fs := flag.NewFlagSet("groups describe", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		members := fs.Bool("members", false, "")
+		state := fs.Bool("state", false, "")
+		group, err := parseGroupFlags(fs, args[2:])
+		if err != nil || (*members && *state) {
+			return fmt.Errorf("%w: groups describe [--members | --state] GROUP", errUsage)
+		}
+		view := viewAll
+		if *members {
+			view = viewMembers
+		} else if *state {
+			view = viewState
+		}
+		return c.groupsDescribe(ctx, group, view)
 	case cmd == "groups delete" && len(args) == 3:
 		return c.groupsDelete(ctx, args[2])
+	case cmd == "offsets reset" && len(args) > 2:
+		return c.offsetsReset(ctx, args[2:])
+	case cmd == "offsets delete" && len(args) > 2:
+		return c.offsetsDelete(ctx, args[2:])
 	case args[0] == "offsets" && len(args) == 2:
 		return c.offsets(ctx, args[1])
 	case args[0] == "cluster":
 		return c.cluster(ctx, args[1:])
 	case cmd == "topics list" && len(args) == 2:
 		return c.topicsList(ctx)
+	case cmd == "topics delete" && len(args) == 3:
+		return c.topicsDelete(ctx, args[2])
 	case cmd == "topics create":
 		fs := flag.NewFlagSet("topics create", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)

@@ -43,6 +43,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	return 0
 }
 
+// defaultHTTPAddr is where cohortd serves metrics and the status page
+// unless told otherwise (the embedded node.DefaultConfig keeps it off).
+const defaultHTTPAddr = "127.0.0.1:9644"
+
 // parseConfig reads flags, falling back to COHORT_* variables, and validates
 // the result.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (node.Config, slog.Level, error) {
@@ -51,6 +55,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node's durable state")
 	fs.StringVar(&cfg.RemoteAddr, "remote-addr", cfg.RemoteAddr, "host:port of the native group API (protoactor remote); port 0 picks a free port")
+	cfg.HTTPAddr = defaultHTTPAddr
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "host:port of the operator HTTP listener (/metrics, /healthz, /readyz, status page); empty disables it")
 	r := &cfg.Raft
 	fs.StringVar(&r.NodeID, "node-id", r.NodeID, "this node's id in the Raft cluster")
 	fs.StringVar(&r.RaftAddr, "raft-addr", r.RaftAddr, "host:port for Raft traffic; port 0 picks a free port, kept across restarts")

@@ -76,3 +76,25 @@ func TestInvalidValuesExitWith2(t *testing.T) {
 		}
 	}
 }
+
+// The operator listener is on by default at 127.0.0.1:9644; the flag or
+// COHORT_HTTP_ADDR moves it, and an empty value turns it off.
+func TestHTTPAddr(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, nil, "127.0.0.1:9644"},
+		{nil, map[string]string{"COHORT_HTTP_ADDR": "127.0.0.1:9700"}, "127.0.0.1:9700"},
+		{[]string{"--http-addr", ""}, map[string]string{"COHORT_HTTP_ADDR": "127.0.0.1:9700"}, ""},
+	} {
+		cfg, _, err := parseConfig(c.args, env(c.env), &bytes.Buffer{})
+		if err != nil || cfg.HTTPAddr != c.want {
+			t.Errorf("%v %v: http addr %q (%v), want %q", c.args, c.env, cfg.HTTPAddr, err, c.want)
+		}
+	}
+	if _, _, err := parseConfig([]string{"--http-addr", "nope"}, env(nil), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "http addr") {
+		t.Errorf("bad http addr: %v", err)
+	}
+}

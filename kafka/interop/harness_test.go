@@ -160,6 +160,7 @@ func startCohort(t *testing.T) *server {
 		"--kafka-addr", "127.0.0.1:0",
 		"--remote-addr", "127.0.0.1:0",
 		"--raft-addr", "127.0.0.1:0",
+		"--http-addr", "",
 		"--data-dir", t.TempDir(),
 		"--group-initial-rebalance-delay", "0s",
 		"--group-min-session-timeout", "1s",

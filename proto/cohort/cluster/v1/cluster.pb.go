@@ -24,6 +24,74 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// AdminError says why an administration request failed; error carries the
+// details for people.
+type AdminError int32
+
+const (
+	AdminError_ADMIN_ERROR_NONE AdminError = 0
+	// This node does not lead: send the request to leader_remote_addr (empty
+	// while no leader is known).
+	AdminError_ADMIN_ERROR_NOT_LEADER AdminError = 1
+	// The request misses a field or names this node where it cannot.
+	AdminError_ADMIN_ERROR_INVALID_REQUEST AdminError = 2
+	// The node named is not in the cluster configuration.
+	AdminError_ADMIN_ERROR_UNKNOWN_NODE AdminError = 3
+	// Leadership moved to another node first (removing the leader): send the
+	// request again to the new leader.
+	AdminError_ADMIN_ERROR_LEADERSHIP_MOVED AdminError = 4
+	// Raft failed the change (timeout, shutdown, a configuration change in
+	// progress).
+	AdminError_ADMIN_ERROR_RAFT AdminError = 5
+)
+
+// Enum value maps for AdminError.
+var (
+	AdminError_name = map[int32]string{
+		0: "ADMIN_ERROR_NONE",
+		1: "ADMIN_ERROR_NOT_LEADER",
+		2: "ADMIN_ERROR_INVALID_REQUEST",
+		3: "ADMIN_ERROR_UNKNOWN_NODE",
+		4: "ADMIN_ERROR_LEADERSHIP_MOVED",
+		5: "ADMIN_ERROR_RAFT",
+	}
+	AdminError_value = map[string]int32{
+		"ADMIN_ERROR_NONE":             0,
+		"ADMIN_ERROR_NOT_LEADER":       1,
+		"ADMIN_ERROR_INVALID_REQUEST":  2,
+		"ADMIN_ERROR_UNKNOWN_NODE":     3,
+		"ADMIN_ERROR_LEADERSHIP_MOVED": 4,
+		"ADMIN_ERROR_RAFT":             5,
+	}
+)
+
+func (x AdminError) Enum() *AdminError {
+	p := new(AdminError)
+	*p = x
+	return p
+}
+
+func (x AdminError) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (AdminError) Descriptor() protoreflect.EnumDescriptor {
+	return file_cohort_cluster_v1_cluster_proto_enumTypes[0].Descriptor()
+}
+
+func (AdminError) Type() protoreflect.EnumType {
+	return &file_cohort_cluster_v1_cluster_proto_enumTypes[0]
+}
+
+func (x AdminError) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use AdminError.Descriptor instead.
+func (AdminError) EnumDescriptor() ([]byte, []int) {
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
 type Member struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -156,9 +224,13 @@ type StatusResponse struct {
 	CommitIndex  uint64 `protobuf:"varint,6,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
 	// Hash of the replicated state (groups, offsets, topics, nodes) as applied
 	// on this node; equal on all nodes that applied the same index.
-	FsmHash       string    `protobuf:"bytes,7,opt,name=fsm_hash,json=fsmHash,proto3" json:"fsm_hash,omitempty"`
-	Members       []*Member `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
-	Error         string    `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	FsmHash string    `protobuf:"bytes,7,opt,name=fsm_hash,json=fsmHash,proto3" json:"fsm_hash,omitempty"`
+	Members []*Member `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
+	Error   string    `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// Whether the node is ready (as its /readyz says), and the conditions
+	// that do not hold, as "name: detail".
+	Ready         bool     `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
+	NotReady      []string `protobuf:"bytes,11,rep,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -256,6 +328,20 @@ func (x *StatusResponse) GetError() string {
 	return ""
 }
 
+func (x *StatusResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *StatusResponse) GetNotReady() []string {
+	if x != nil {
+		return x.NotReady
+	}
+	return nil
+}
+
 // JoinRequest asks a node to add the sender as a voter (forwarded to the
 // leader). Joining again with the same id and address is a no-op.
 type JoinRequest struct {
@@ -330,6 +416,7 @@ type JoinResponse struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Error            string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	LeaderRemoteAddr string                 `protobuf:"bytes,2,opt,name=leader_remote_addr,json=leaderRemoteAddr,proto3" json:"leader_remote_addr,omitempty"`
+	Code             AdminError             `protobuf:"varint,3,opt,name=code,proto3,enum=cohort.cluster.v1.AdminError" json:"code,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -376,6 +463,13 @@ func (x *JoinResponse) GetLeaderRemoteAddr() string {
 		return x.LeaderRemoteAddr
 	}
 	return ""
+}
+
+func (x *JoinResponse) GetCode() AdminError {
+	if x != nil {
+		return x.Code
+	}
+	return AdminError_ADMIN_ERROR_NONE
 }
 
 type AddVoterRequest struct {
@@ -524,6 +618,7 @@ type AdminResponse struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Error            string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	LeaderRemoteAddr string                 `protobuf:"bytes,2,opt,name=leader_remote_addr,json=leaderRemoteAddr,proto3" json:"leader_remote_addr,omitempty"`
+	Code             AdminError             `protobuf:"varint,3,opt,name=code,proto3,enum=cohort.cluster.v1.AdminError" json:"code,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -572,6 +667,13 @@ func (x *AdminResponse) GetLeaderRemoteAddr() string {
 	return ""
 }
 
+func (x *AdminResponse) GetCode() AdminError {
+	if x != nil {
+		return x.Code
+	}
+	return AdminError_ADMIN_ERROR_NONE
+}
+
 var File_cohort_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
@@ -586,7 +688,7 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12\x1a\n" +
 	"\bsuffrage\x18\x05 \x01(\tR\bsuffrage\x12\x16\n" +
 	"\x06leader\x18\x06 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\x9e\x02\n" +
+	"\rStatusRequest\"\xd1\x02\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -596,27 +698,40 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\fcommit_index\x18\x06 \x01(\x04R\vcommitIndex\x12\x19\n" +
 	"\bfsm_hash\x18\a \x01(\tR\afsmHash\x123\n" +
 	"\amembers\x18\b \x03(\v2\x19.cohort.cluster.v1.MemberR\amembers\x12\x14\n" +
-	"\x05error\x18\t \x01(\tR\x05error\"\x83\x01\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x14\n" +
+	"\x05ready\x18\n" +
+	" \x01(\bR\x05ready\x12\x1b\n" +
+	"\tnot_ready\x18\v \x03(\tR\bnotReady\"\x83\x01\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
 	"\vremote_addr\x18\x03 \x01(\tR\n" +
 	"remoteAddr\x12\x1d\n" +
 	"\n" +
-	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\"R\n" +
+	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\"\x85\x01\n" +
 	"\fJoinResponse\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12,\n" +
-	"\x12leader_remote_addr\x18\x02 \x01(\tR\x10leaderRemoteAddr\"G\n" +
+	"\x12leader_remote_addr\x18\x02 \x01(\tR\x10leaderRemoteAddr\x121\n" +
+	"\x04code\x18\x03 \x01(\x0e2\x1d.cohort.cluster.v1.AdminErrorR\x04code\"G\n" +
 	"\x0fAddVoterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\"-\n" +
 	"\x12RemoveVoterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"4\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"S\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x86\x01\n" +
 	"\rAdminResponse\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12,\n" +
-	"\x12leader_remote_addr\x18\x02 \x01(\tR\x10leaderRemoteAddrBBZ@github.com/cohort-coord/cohort/proto/cohort/cluster/v1;clusterpbb\x06proto3"
+	"\x12leader_remote_addr\x18\x02 \x01(\tR\x10leaderRemoteAddr\x121\n" +
+	"\x04code\x18\x03 \x01(\x0e2\x1d.cohort.cluster.v1.AdminErrorR\x04code*\xb5\x01\n" +
+	"\n" +
+	"AdminError\x12\x14\n" +
+	"\x10ADMIN_ERROR_NONE\x10\x00\x12\x1a\n" +
+	"\x16ADMIN_ERROR_NOT_LEADER\x10\x01\x12\x1f\n" +
+	"\x1bADMIN_ERROR_INVALID_REQUEST\x10\x02\x12\x1c\n" +
+	"\x18ADMIN_ERROR_UNKNOWN_NODE\x10\x03\x12 \n" +
+	"\x1cADMIN_ERROR_LEADERSHIP_MOVED\x10\x04\x12\x14\n" +
+	"\x10ADMIN_ERROR_RAFT\x10\x05BBZ@github.com/cohort-coord/cohort/proto/cohort/cluster/v1;clusterpbb\x06proto3"
 
 var (
 	file_cohort_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -630,25 +745,29 @@ func file_cohort_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_cohort_cluster_v1_cluster_proto_rawDescData
 }
 
+var file_cohort_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_cohort_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_cohort_cluster_v1_cluster_proto_goTypes = []any{
-	(*Member)(nil),                    // 0: cohort.cluster.v1.Member
-	(*StatusRequest)(nil),             // 1: cohort.cluster.v1.StatusRequest
-	(*StatusResponse)(nil),            // 2: cohort.cluster.v1.StatusResponse
-	(*JoinRequest)(nil),               // 3: cohort.cluster.v1.JoinRequest
-	(*JoinResponse)(nil),              // 4: cohort.cluster.v1.JoinResponse
-	(*AddVoterRequest)(nil),           // 5: cohort.cluster.v1.AddVoterRequest
-	(*RemoveVoterRequest)(nil),        // 6: cohort.cluster.v1.RemoveVoterRequest
-	(*TransferLeadershipRequest)(nil), // 7: cohort.cluster.v1.TransferLeadershipRequest
-	(*AdminResponse)(nil),             // 8: cohort.cluster.v1.AdminResponse
+	(AdminError)(0),                   // 0: cohort.cluster.v1.AdminError
+	(*Member)(nil),                    // 1: cohort.cluster.v1.Member
+	(*StatusRequest)(nil),             // 2: cohort.cluster.v1.StatusRequest
+	(*StatusResponse)(nil),            // 3: cohort.cluster.v1.StatusResponse
+	(*JoinRequest)(nil),               // 4: cohort.cluster.v1.JoinRequest
+	(*JoinResponse)(nil),              // 5: cohort.cluster.v1.JoinResponse
+	(*AddVoterRequest)(nil),           // 6: cohort.cluster.v1.AddVoterRequest
+	(*RemoveVoterRequest)(nil),        // 7: cohort.cluster.v1.RemoveVoterRequest
+	(*TransferLeadershipRequest)(nil), // 8: cohort.cluster.v1.TransferLeadershipRequest
+	(*AdminResponse)(nil),             // 9: cohort.cluster.v1.AdminResponse
 }
 var file_cohort_cluster_v1_cluster_proto_depIdxs = []int32{
-	0, // 0: cohort.cluster.v1.StatusResponse.members:type_name -> cohort.cluster.v1.Member
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	1, // 0: cohort.cluster.v1.StatusResponse.members:type_name -> cohort.cluster.v1.Member
+	0, // 1: cohort.cluster.v1.JoinResponse.code:type_name -> cohort.cluster.v1.AdminError
+	0, // 2: cohort.cluster.v1.AdminResponse.code:type_name -> cohort.cluster.v1.AdminError
+	3, // [3:3] is the sub-list for method output_type
+	3, // [3:3] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_cohort_cluster_v1_cluster_proto_init() }
@@ -661,13 +780,14 @@ func file_cohort_cluster_v1_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_cluster_v1_cluster_proto_rawDesc), len(file_cohort_cluster_v1_cluster_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_cohort_cluster_v1_cluster_proto_goTypes,
 		DependencyIndexes: file_cohort_cluster_v1_cluster_proto_depIdxs,
+		EnumInfos:         file_cohort_cluster_v1_cluster_proto_enumTypes,
 		MessageInfos:      file_cohort_cluster_v1_cluster_proto_msgTypes,
 	}.Build()
 	File_cohort_cluster_v1_cluster_proto = out.File

@@ -89,10 +89,14 @@ func (CommandType) EnumDescriptor() ([]byte, []int) {
 
 // Envelope is one raft log entry.
 type Envelope struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=cohort.raft.v1.CommandType" json:"type,omitempty"`
-	Version       uint32                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Payload       []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Type    CommandType            `protobuf:"varint,1,opt,name=type,proto3,enum=cohort.raft.v1.CommandType" json:"type,omitempty"`
+	Version uint32                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Payload []byte                 `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	// A node that does not know this type or version may skip the entry: it
+	// changes nothing that node relies on. An entry without the flag that a
+	// node cannot apply stops that node, so replicas never diverge.
+	Ignorable     bool `protobuf:"varint,4,opt,name=ignorable,proto3" json:"ignorable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -146,6 +150,13 @@ func (x *Envelope) GetPayload() []byte {
 		return x.Payload
 	}
 	return nil
+}
+
+func (x *Envelope) GetIgnorable() bool {
+	if x != nil {
+		return x.Ignorable
+	}
+	return false
 }
 
 // GroupWrites batches the writes of many groups into one entry (group commit).
@@ -591,11 +602,12 @@ var File_cohort_raft_v1_raft_proto protoreflect.FileDescriptor
 
 const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x19cohort/raft/v1/raft.proto\x12\x0ecohort.raft.v1\x1a\x1dcohort/group/v1/records.proto\"o\n" +
+	"\x19cohort/raft/v1/raft.proto\x12\x0ecohort.raft.v1\x1a\x1dcohort/group/v1/records.proto\"\x8d\x01\n" +
 	"\bEnvelope\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.cohort.raft.v1.CommandTypeR\x04type\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12\x18\n" +
-	"\apayload\x18\x03 \x01(\fR\apayload\"A\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\x12\x1c\n" +
+	"\tignorable\x18\x04 \x01(\bR\tignorable\"A\n" +
 	"\vGroupWrites\x122\n" +
 	"\x06writes\x18\x01 \x03(\v2\x1a.cohort.raft.v1.GroupWriteR\x06writes\"\x8d\x01\n" +
 	"\n" +

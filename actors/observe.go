@@ -1,0 +1,409 @@
+package actors
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cohort-coord/cohort/assignor"
+	"github.com/cohort-coord/cohort/coordinator"
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+// Rebalance causes, as the label of the rebalance metrics and in each
+// group's history.
+const (
+	CauseJoin     = "join"     // a new member joined
+	CauseMetadata = "metadata" // a known member joined again (its subscription or protocols changed)
+	CauseLeave    = "leave"    // a member left
+	CauseExpiry   = "expiry"   // a member's session or sync deadline passed
+	CauseFailover = "failover" // the group was loaded by a new leader
+	CauseEnforced = "enforced" // anything else (an administrative change)
+)
+
+// HistoryLength is how many recent generations each group's history keeps.
+const HistoryLength = 16
+
+// Observer keeps what operators see of the groups this node coordinates:
+// every group's current view and its recent rebalances, and the group
+// metrics. Group actors update it only when their group changes (a state,
+// generation or membership change), never on a heartbeat.
+type Observer struct {
+	mu     sync.Mutex
+	groups map[string]*GroupView
+
+	rebalances  *prometheus.CounterVec
+	durations   *prometheus.HistogramVec
+	commits     prometheus.Counter
+	expirations prometheus.Counter
+	deletions   prometheus.Counter
+}
+
+// GroupView is one group as the status page shows it.
+type GroupView struct {
+	ID           string
+	State        string
+	ProtocolType string
+	Protocol     string
+	Generation   int32
+	// MemberCount is the number of members now; Members is as of the last
+	// change of state or generation (a join storm does not rebuild it per
+	// join).
+	MemberCount int
+	Members     []MemberView
+	// History holds the most recent rebalances, oldest first.
+	History []Rebalance
+}
+
+// MemberView is a member and its assignment.
+type MemberView struct {
+	MemberID   string
+	InstanceID string
+	ClientID   string
+	ClientHost string
+	// Assignment is the decoded consumer-protocol assignment, topic to
+	// partitions; nil for other protocols.
+	Assignment map[string][]int32
+}
+
+// Rebalance is one completed rebalance: the generation it formed.
+type Rebalance struct {
+	Generation int32
+	State      string // Stable, or Empty when every member left
+	Cause      string
+	Started    time.Time
+	Completed  time.Time
+	Joined     []string // member ids new in this generation
+	Left       []string // member ids of the previous generation gone
+	Moved      []Move
+	Members    []MemberView
+}
+
+// Duration is how long the rebalance took.
+func (r Rebalance) Duration() time.Duration { return r.Completed.Sub(r.Started) }
+
+// Move is a partition whose owner changed ("" when it had or has none).
+type Move struct {
+	Topic     string
+	Partition int32
+	From, To  string
+}
+
+// NewObserver returns an Observer whose metrics are registered with reg
+// (nil: no metrics).
+func NewObserver(reg prometheus.Registerer) *Observer {
+	o := &Observer{
+		groups: map[string]*GroupView{},
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cohort_group_rebalances_total",
+			Help: "Rebalances completed (a new generation reached Stable, or Empty when every member left), by cause.",
+		}, []string{"cause"}),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cohort_group_rebalance_duration_seconds",
+			Help:    "Time from the start of a rebalance to its completion, by cause.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+		}, []string{"cause"}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cohort_group_offset_commits_total",
+			Help: "Offsets committed (one per partition of a successful commit).",
+		}),
+		expirations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cohort_group_offset_expirations_total",
+			Help: "Committed offsets removed by the retention check.",
+		}),
+		deletions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cohort_group_offset_deletions_total",
+			Help: "Committed offsets removed by OffsetDelete or DeleteGroups.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(o.rebalances, o.durations, o.commits, o.expirations, o.deletions, &groupCollector{o: o})
+	}
+	return o
+}
+
+// Groups returns copies of every group's view, sorted by id.
+func (o *Observer) Groups() []GroupView {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]GroupView, 0, len(o.groups))
+	for _, g := range o.groups {
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b GroupView) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Group returns a copy of one group's view.
+func (o *Observer) Group(id string) (GroupView, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	g, ok := o.groups[id]
+	if !ok {
+		return GroupView{}, false
+	}
+	return *g, true
+}
+
+func (o *Observer) forget(id string) {
+	o.mu.Lock()
+	delete(o.groups, id)
+	o.mu.Unlock()
+}
+
+// groupCollector reports the group gauges from the views at scrape time.
+type groupCollector struct{ o *Observer }
+
+var (
+	groupsDesc  = prometheus.NewDesc("cohort_groups", "Groups this node coordinates, by state and protocol type.", []string{"state", "protocol_type"}, nil)
+	membersDesc = prometheus.NewDesc("cohort_group_members", "Members of the groups this node coordinates.", nil, nil)
+)
+
+func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- groupsDesc
+	ch <- membersDesc
+}
+
+func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ state, protocolType string }
+	counts := map[key]int{}
+	// Every state is reported, so a series drops to 0 rather than vanishing.
+	for _, s := range []coordinator.State{coordinator.Empty, coordinator.PreparingRebalance, coordinator.CompletingRebalance, coordinator.Stable} {
+		counts[key{s.String(), "consumer"}] = 0
+	}
+	members := 0
+	c.o.mu.Lock()
+	for _, g := range c.o.groups {
+		counts[key{g.State, g.ProtocolType}]++
+		members += g.MemberCount
+	}
+	c.o.mu.Unlock()
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(groupsDesc, prometheus.GaugeValue, float64(n), k.state, k.protocolType)
+	}
+	ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(members))
+}
+
+// tracker is a group actor's record of what it last told the Observer.
+type tracker struct {
+	seen       bool // the Observer has a view of the group
+	state      coordinator.State
+	generation int32
+	members    int
+	// cause is why the input being handled may start a rebalance.
+	cause string
+	// The rebalance in progress: when it started and why.
+	rebalancing bool
+	started     time.Time
+	startCause  string
+	// last is the membership of the last generation recorded.
+	last []MemberView
+}
+
+// causeOf is the cause a request would give a rebalance it starts.
+func causeOf(g *coordinator.Group, req any) string {
+	switch m := req.(type) {
+	case *pb.JoinGroupRequest:
+		if id := m.GetMemberId(); id != "" && slices.Contains(g.MemberIDs(), id) {
+			return CauseMetadata
+		}
+		return CauseJoin
+	case *pb.LeaveGroupRequest:
+		return CauseLeave
+	}
+	return CauseEnforced
+}
+
+// observe counts the effects about to be executed and, when the group
+// changed, updates its view and history. fx is the machine's output.
+func (a *groupActor) observe(fx *coordinator.Effects) {
+	o := a.env.observer
+	if o == nil || a.g == nil {
+		return
+	}
+	for _, r := range fx.Replies {
+		if c, ok := r.Msg.(*pb.OffsetCommitResponse); ok {
+			n := 0
+			for _, t := range c.GetTopics() {
+				for _, p := range t.GetPartitions() {
+					if p.GetErrorCode() == coordinator.ErrNone {
+						n++
+					}
+				}
+			}
+			if n > 0 {
+				o.commits.Add(float64(n))
+			}
+		}
+	}
+	for _, p := range fx.Persists {
+		n := 0
+		for _, r := range p.Records {
+			if r.GetOffsetTombstone() != nil {
+				n++
+			}
+		}
+		if n > 0 {
+			if a.track.cause == causeRetention {
+				o.expirations.Add(float64(n))
+			} else {
+				o.deletions.Add(float64(n))
+			}
+		}
+	}
+}
+
+// causeRetention marks the offset-retention timer's input (not a rebalance
+// cause).
+const causeRetention = "retention"
+
+// publishView updates the Observer after the effects of an input ran.
+func (a *groupActor) publishView() {
+	o := a.env.observer
+	if o == nil || a.g == nil {
+		return
+	}
+	t := &a.track
+	st, gen, n := a.g.State(), a.g.Generation(), a.g.NumMembers()
+	if t.seen && st == t.state && gen == t.generation && n == t.members {
+		return
+	}
+	now := a.env.clock.Now()
+	inRebalance := st == coordinator.PreparingRebalance || st == coordinator.CompletingRebalance
+	if inRebalance && !t.rebalancing {
+		t.rebalancing, t.started, t.startCause = true, now, t.cause
+		if t.startCause == "" || t.startCause == causeRetention {
+			t.startCause = CauseEnforced
+		}
+	}
+	if st == coordinator.Dead {
+		o.forget(a.id)
+		t.seen, t.state = true, st
+		return
+	}
+	if t.seen && st == t.state && gen == t.generation && inRebalance {
+		// Only the membership changed, in the middle of a rebalance: count
+		// it, and describe the members when the rebalance ends.
+		t.members = n
+		o.mu.Lock()
+		if v := o.groups[a.id]; v != nil {
+			cp := *v
+			cp.MemberCount = n
+			o.groups[a.id] = &cp
+		}
+		o.mu.Unlock()
+		return
+	}
+	d := a.g.Describe()
+	view := GroupView{MemberCount: n, ID: a.id, State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: d.GetProtocolData(), Generation: gen, Members: membersOf(d)}
+	var done *Rebalance
+	if t.rebalancing && (st == coordinator.Stable || st == coordinator.Empty) {
+		t.rebalancing = false
+		r := Rebalance{Generation: gen, State: st.String(), Cause: t.startCause, Started: t.started, Completed: now, Members: view.Members}
+		r.Joined, r.Left = diffMembers(t.last, view.Members)
+		r.Moved = moves(t.last, view.Members)
+		t.last = view.Members
+		done = &r
+		o.rebalances.WithLabelValues(r.Cause).Inc()
+		o.durations.WithLabelValues(r.Cause).Observe(r.Duration().Seconds())
+	}
+	if !t.seen && !inRebalance {
+		t.last = view.Members // loaded: the generation it had is the baseline
+	}
+	t.seen, t.state, t.generation, t.members = true, st, gen, n
+	o.mu.Lock()
+	prev := o.groups[a.id]
+	if prev != nil {
+		view.History = prev.History
+	}
+	if done != nil {
+		h := append(slices.Clone(view.History), *done)
+		if len(h) > HistoryLength {
+			h = h[len(h)-HistoryLength:]
+		}
+		view.History = h
+	}
+	o.groups[a.id] = &view
+	o.mu.Unlock()
+}
+
+func membersOf(d *pb.DescribeGroupResponse) []MemberView {
+	out := make([]MemberView, 0, len(d.GetMembers()))
+	for _, m := range d.GetMembers() {
+		mv := MemberView{MemberID: m.GetMemberId(), InstanceID: m.GetGroupInstanceId(), ClientID: m.GetClientId(), ClientHost: m.GetClientHost()}
+		if d.GetProtocolType() == "consumer" && len(m.GetAssignment()) > 0 {
+			if as, err := assignor.DecodeAssignment(m.GetAssignment()); err == nil {
+				mv.Assignment = map[string][]int32{}
+				for _, tp := range as.Topics {
+					ps := append(mv.Assignment[tp.Topic], tp.Partitions...)
+					slices.Sort(ps)
+					mv.Assignment[tp.Topic] = ps
+				}
+			}
+		}
+		out = append(out, mv)
+	}
+	slices.SortFunc(out, func(a, b MemberView) int { return cmp.Compare(a.MemberID, b.MemberID) })
+	return out
+}
+
+func diffMembers(prev, cur []MemberView) (joined, left []string) {
+	ids := func(ms []MemberView) map[string]bool {
+		s := map[string]bool{}
+		for _, m := range ms {
+			s[m.MemberID] = true
+		}
+		return s
+	}
+	p, c := ids(prev), ids(cur)
+	for _, m := range cur {
+		if !p[m.MemberID] {
+			joined = append(joined, m.MemberID)
+		}
+	}
+	for _, m := range prev {
+		if !c[m.MemberID] {
+			left = append(left, m.MemberID)
+		}
+	}
+	return joined, left
+}
+
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+func owners(ms []MemberView) map[topicPartition]string {
+	out := map[topicPartition]string{}
+	for _, m := range ms {
+		for t, ps := range m.Assignment {
+			for _, p := range ps {
+				out[topicPartition{t, p}] = m.MemberID
+			}
+		}
+	}
+	return out
+}
+
+func moves(prev, cur []MemberView) []Move {
+	before, after := owners(prev), owners(cur)
+	var out []Move
+	for tp, to := range after {
+		if from := before[tp]; from != to {
+			out = append(out, Move{Topic: tp.topic, Partition: tp.partition, From: from, To: to})
+		}
+	}
+	for tp, from := range before {
+		if _, ok := after[tp]; !ok {
+			out = append(out, Move{Topic: tp.topic, Partition: tp.partition, From: from})
+		}
+	}
+	slices.SortFunc(out, func(a, b Move) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
+}

@@ -1,0 +1,144 @@
+package actors
+
+import (
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cohort-coord/cohort/coordinator"
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	"github.com/cohort-coord/cohort/raftfsm"
+)
+
+func startObserved(t *testing.T) (*Service, *Observer, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	obs := NewObserver(reg)
+	system := actor.NewActorSystem(quietLogs())
+	svc, err := Start(system, Options{Config: testConfig(), Store: raftfsm.NewMemoryStore(), Logger: quietLogger(), Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		svc.Stop()
+		system.Shutdown()
+	})
+	return svc, obs, reg
+}
+
+// The history records each generation with its cause, how long it took and
+// who joined and left; the metrics count the rebalances and the group.
+func TestObserverRecordsRebalances(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc, obs, reg := startObserved(t)
+		ids, gen := formGroup(t, svc, "g", 2)
+		live, dead := ids[0], ids[1]
+		for range 3 {
+			time.Sleep(3 * time.Second)
+			ask[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: live})
+		}
+		time.Sleep(1*time.Second + time.Millisecond) // dead's 10 s session ends
+		j := ask[*pb.JoinGroupResponse](t, svc, joinReq("g", "c0", live))
+		if j.ErrorCode != coordinator.ErrNone || j.GenerationId != 2 {
+			t.Fatalf("rejoin: %v", j)
+		}
+		s := ask[*pb.SyncGroupResponse](t, svc, &pb.SyncGroupRequest{GroupId: "g", GenerationId: 2, MemberId: live,
+			Assignments: []*pb.SyncGroupAssignment{{MemberId: live, Assignment: []byte("x")}}})
+		if s.ErrorCode != coordinator.ErrNone {
+			t.Fatalf("sync: %v", s)
+		}
+		g, ok := obs.Group("g")
+		if !ok {
+			t.Fatal("no view of group g")
+		}
+		if g.State != "Stable" || g.Generation != 2 || len(g.Members) != 1 || g.Members[0].MemberID != live || g.Protocol != "range" {
+			t.Fatalf("view: %+v", g)
+		}
+		if len(g.History) != 2 {
+			t.Fatalf("history of %d entries, want 2: %+v", len(g.History), g.History)
+		}
+		first, second := g.History[0], g.History[1]
+		if first.Generation != 1 || first.Cause != CauseJoin || len(first.Joined) != 2 || len(first.Left) != 0 {
+			t.Fatalf("generation 1: %+v", first)
+		}
+		if second.Generation != 2 || second.Cause != CauseExpiry || len(second.Joined) != 0 || len(second.Left) != 1 || second.Left[0] != dead {
+			t.Fatalf("generation 2: %+v", second)
+		}
+		// The first waited out the initial delay; the expiry came 1 ms
+		// before live rejoined.
+		if first.Duration() < 100*time.Millisecond || second.Duration() != time.Millisecond {
+			t.Fatalf("durations %v and %v", first.Duration(), second.Duration())
+		}
+		if n := testutil.ToFloat64(obs.rebalances.WithLabelValues(CauseJoin)); n != 1 {
+			t.Fatalf("join rebalances %v, want 1", n)
+		}
+		if n := testutil.ToFloat64(obs.rebalances.WithLabelValues(CauseExpiry)); n != 1 {
+			t.Fatalf("expiry rebalances %v, want 1", n)
+		}
+		want := `
+# HELP cohort_group_members Members of the groups this node coordinates.
+# TYPE cohort_group_members gauge
+cohort_group_members 1
+`
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cohort_group_members"); err != nil {
+			t.Fatal(err)
+		}
+		c := ask[*pb.OffsetCommitResponse](t, svc, &pb.OffsetCommitRequest{GroupId: "g", GenerationId: 2, MemberId: live,
+			Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 0, Offset: 5, CommitTimestampMs: -1}, {Partition: 1, Offset: 7, CommitTimestampMs: -1}}}}})
+		if c.GetTopics()[0].GetPartitions()[0].GetErrorCode() != coordinator.ErrNone {
+			t.Fatalf("commit: %v", c)
+		}
+		if n := testutil.ToFloat64(obs.commits); n != 2 {
+			t.Fatalf("commits %v, want 2", n)
+		}
+	})
+}
+
+func TestMovesAndMembershipDiff(t *testing.T) {
+	prev := []MemberView{
+		{MemberID: "a", Assignment: map[string][]int32{"t": {0, 1}}},
+		{MemberID: "b", Assignment: map[string][]int32{"t": {2}}},
+	}
+	cur := []MemberView{
+		{MemberID: "a", Assignment: map[string][]int32{"t": {0}}},
+		{MemberID: "c", Assignment: map[string][]int32{"t": {1, 2}}},
+	}
+	joined, left := diffMembers(prev, cur)
+	if len(joined) != 1 || joined[0] != "c" || len(left) != 1 || left[0] != "b" {
+		t.Fatalf("joined %v left %v", joined, left)
+	}
+	got := moves(prev, cur)
+	want := []Move{{"t", 1, "a", "c"}, {"t", 2, "b", "c"}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("moves %v, want %v", got, want)
+	}
+}
+
+// Loading counts the stored groups not loaded yet: none once ListGroups
+// (which waits for them) answers after Activate.
+func TestLoadingCountsStoredGroups(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		system := actor.NewActorSystem(quietLogs())
+		svc, err := Start(system, Options{Config: testConfig(), Store: stableStore(50, 2), Logger: quietLogger(), Fenced: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer system.Shutdown()
+		defer svc.Stop()
+		if n := svc.Loading(); n != 0 {
+			t.Fatalf("fenced: %d loading", n)
+		}
+		if err := svc.Activate(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		l := ask[*pb.ListGroupsResponse](t, svc, &pb.ListGroupsRequest{})
+		if len(l.Groups) != 50 || svc.Loading() != 0 {
+			t.Fatalf("%d groups listed, %d loading", len(l.Groups), svc.Loading())
+		}
+	})
+}

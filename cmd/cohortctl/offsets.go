@@ -1,0 +1,463 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/csv"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The offset commands, as kafka-consumer-groups.sh and rpk group have them:
+//
+//	offsets reset GROUP --topic T [--partitions 0,1] --to-offset N | --shift-by N [--execute]
+//	offsets reset GROUP --from-file plan.csv [--execute]     (lines: topic,partition,offset)
+//	offsets delete GROUP --topic T [--partitions 0,1]
+//
+// A reset prints its plan and changes nothing unless --execute is given;
+// it is refused while the group has members, as Kafka refuses it.
+const (
+	offsetsResetUsage  = "offsets reset GROUP (--topic T [--partitions P,...] (--to-offset N | --shift-by N) | --from-file CSV) [--execute]"
+	offsetsDeleteUsage = "offsets delete GROUP --topic T [--partitions P,...]"
+)
+
+type resetRow struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Current   *int64 `json:"current"`
+	New       int64  `json:"new"`
+	Executed  bool   `json:"executed"`
+	Error     string `json:"error,omitempty"`
+}
+
+type partitionsFlag []int32
+
+func (p *partitionsFlag) String() string { return fmt.Sprint([]int32(*p)) }
+
+func (p *partitionsFlag) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
+		if err != nil || n < 0 {
+			return fmt.Errorf("bad partition %q", f)
+		}
+		*p = append(*p, int32(n))
+	}
+	return nil
+}
+
+// parseGroupFlags parses GROUP followed by flags (or flags then GROUP).
+func parseGroupFlags(fs *flag.FlagSet, args []string) (string, error) {
+	var group string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		group, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if group == "" && fs.NArg() == 1 {
+		group = fs.Arg(0)
+	} else if fs.NArg() != 0 {
+		return "", fmt.Errorf("unexpected %q", fs.Args())
+	}
+	if group == "" {
+		return "", errors.New("no group")
+	}
+	return group, nil
+}
+
+// topicFlags is the flag set of an offsets command with its --topic and
+// --partitions.
+func topicFlags(name string) (*flag.FlagSet, *string, *partitionsFlag) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	parts := &partitionsFlag{}
+	fs.Var(parts, "partitions", "")
+	return fs, fs.String("topic", "", ""), parts
+}
+
+func (c *cli) offsetsReset(ctx context.Context, args []string) error {
+	fs, topic, partsFlag := topicFlags("offsets reset")
+	toOffset := fs.Int64("to-offset", -1, "")
+	shiftBy := fs.Int64("shift-by", 0, "")
+	fromFile := fs.String("from-file", "", "")
+	execute := fs.Bool("execute", false, "")
+	group, err := parseGroupFlags(fs, args)
+	parts := *partsFlag
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	modes := 0
+	for _, m := range []string{"to-offset", "shift-by", "from-file"} {
+		if set[m] {
+			modes++
+		}
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: %v: %s", errUsage, err, offsetsResetUsage)
+	case modes != 1:
+		return fmt.Errorf("%w: give one of --to-offset, --shift-by, --from-file: %s", errUsage, offsetsResetUsage)
+	case set["from-file"] && (*topic != "" || len(parts) > 0):
+		return fmt.Errorf("%w: --from-file names its own partitions: %s", errUsage, offsetsResetUsage)
+	case !set["from-file"] && *topic == "":
+		return fmt.Errorf("%w: --topic is required: %s", errUsage, offsetsResetUsage)
+	case set["to-offset"] && *toOffset < 0:
+		return fmt.Errorf("%w: --to-offset must not be negative", errUsage)
+	}
+
+	info, err := c.describe(ctx, group)
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) { // a group not known yet has no members
+		return err
+	}
+	if len(info.Members) > 0 {
+		return fmt.Errorf("group %s has %d live members (state %s): stop them before resetting its offsets", group, len(info.Members), info.State)
+	}
+	current, err := c.committed(ctx, group)
+	if err != nil {
+		return err
+	}
+	var plan []resetRow
+	if set["from-file"] {
+		if plan, err = readResetPlan(*fromFile); err != nil {
+			return err
+		}
+	} else {
+		if len(parts) == 0 {
+			if parts, err = c.partitionsOf(ctx, *topic); err != nil {
+				return err
+			}
+		}
+		for _, p := range parts {
+			r := resetRow{Topic: *topic, Partition: p, New: *toOffset}
+			if set["shift-by"] {
+				r.New = max(0, current[tpKey{*topic, p}]+*shiftBy)
+			}
+			plan = append(plan, r)
+		}
+	}
+	for i := range plan {
+		if off, ok := current[tpKey{plan[i].Topic, plan[i].Partition}]; ok {
+			plan[i].Current = &off
+		}
+	}
+	slices.SortFunc(plan, func(a, b resetRow) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	if *execute {
+		if err := c.commitPlan(ctx, group, plan); err != nil {
+			return err
+		}
+	}
+	var failed error
+	for _, r := range plan {
+		if r.Error != "" {
+			failed = fmt.Errorf("reset %s: %s/%d: %s", group, r.Topic, r.Partition, r.Error)
+			break
+		}
+	}
+	err = c.print(plan, func(w *tabwriter.Writer) {
+		if !*execute {
+			fmt.Fprintf(w, "dry run: nothing changed (add --execute to commit these offsets for group %s)\n", group)
+		}
+		fmt.Fprintln(w, "TOPIC\tPARTITION\tCURRENT\tNEW\tRESULT")
+		for _, r := range plan {
+			res := "planned"
+			switch {
+			case r.Error != "":
+				res = r.Error
+			case r.Executed:
+				res = "committed"
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\n", r.Topic, r.Partition, num(r.Current), r.New, res)
+		}
+	})
+	return cmp.Or(failed, err)
+}
+
+// readResetPlan reads topic,partition,offset lines (Kafka's --from-file
+// format).
+func readResetPlan(path string) ([]resetRow, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord, r.TrimLeadingSpace, r.Comment = 3, true, '#'
+	var out []resetRow
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		line, _ := r.FieldPos(0)
+		p, perr := strconv.ParseInt(rec[1], 10, 32)
+		o, oerr := strconv.ParseInt(rec[2], 10, 64)
+		if rec[0] == "" || perr != nil || oerr != nil || p < 0 || o < 0 {
+			return nil, fmt.Errorf("%s:%d: want topic,partition,offset with a non-negative partition and offset, got %q", path, line, strings.Join(rec, ","))
+		}
+		out = append(out, resetRow{Topic: rec[0], Partition: int32(p), New: o})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no offsets in the file", path)
+	}
+	return out, nil
+}
+
+// committed returns the group's committed offsets.
+func (c *cli) committed(ctx context.Context, group string) (map[tpKey]int64, error) {
+	of := kmsg.NewPtrOffsetFetchRequest()
+	of.Group = group
+	g := kmsg.NewOffsetFetchRequestGroup()
+	g.Group = group
+	of.Groups = append(of.Groups, g)
+	r, err := of.RequestWith(ctx, c.cl)
+	if err != nil {
+		return nil, err
+	}
+	var names map[[16]byte]string
+	out := map[tpKey]int64{}
+	add := func(t string, p int32, off int64, code int16) error {
+		if err := codeErr(fmt.Sprintf("offset of %s/%d", t, p), code); err != nil {
+			return err
+		}
+		if off >= 0 {
+			out[tpKey{t, p}] = off
+		}
+		return nil
+	}
+	if len(r.Groups) > 0 {
+		if r.Groups[0].ErrorCode == kerr.GroupIDNotFound.Code {
+			return out, nil // no group: no offsets
+		}
+		if err := codeErr("fetch offsets", r.Groups[0].ErrorCode); err != nil {
+			return nil, err
+		}
+		for _, t := range r.Groups[0].Topics {
+			name := t.Topic
+			if name == "" && t.TopicID != ([16]byte{}) {
+				if names == nil {
+					if _, names, err = c.topicIDs(ctx); err != nil {
+						return nil, err
+					}
+				}
+				name = names[t.TopicID]
+			}
+			for _, p := range t.Partitions {
+				if err := add(name, p.Partition, p.Offset, p.ErrorCode); err != nil {
+					return nil, err
+				}
+			}
+		}
+		return out, nil
+	}
+	if r.ErrorCode == kerr.GroupIDNotFound.Code {
+		return out, nil
+	}
+	if err := codeErr("fetch offsets", r.ErrorCode); err != nil {
+		return nil, err
+	}
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			if err := add(t.Topic, p.Partition, p.Offset, p.ErrorCode); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// topicIDs maps every topic's id to its name and back (OffsetCommit and
+// OffsetFetch v10 name topics by id).
+func (c *cli) topicIDs(ctx context.Context) (map[string][16]byte, map[[16]byte]string, error) {
+	resp, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, c.cl)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, names := map[string][16]byte{}, map[[16]byte]string{}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && t.TopicID != ([16]byte{}) {
+			ids[*t.Topic], names[t.TopicID] = t.TopicID, *t.Topic
+		}
+	}
+	return ids, names, nil
+}
+
+// partitionsOf lists a topic's partitions.
+func (c *cli) partitionsOf(ctx context.Context, topic string) ([]int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = &topic
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return nil, err
+	}
+	for _, rt := range resp.Topics {
+		if rt.Topic == nil || *rt.Topic != topic {
+			continue
+		}
+		if err := codeErr("topic "+topic, rt.ErrorCode); err != nil {
+			return nil, err
+		}
+		var ps []int32
+		for _, p := range rt.Partitions {
+			ps = append(ps, p.Partition)
+		}
+		slices.Sort(ps)
+		if len(ps) > 0 {
+			return ps, nil
+		}
+	}
+	return nil, fmt.Errorf("topic %s: no partitions", topic)
+}
+
+// commitPlan commits the plan as an admin commit (no member, generation
+// -1), which an empty group accepts.
+func (c *cli) commitPlan(ctx context.Context, group string, plan []resetRow) error {
+	ids, names, err := c.topicIDs(ctx)
+	if err != nil {
+		return err
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	idx := map[string]int{}
+	for _, r := range plan {
+		i, ok := idx[r.Topic]
+		if !ok {
+			t := kmsg.NewOffsetCommitRequestTopic()
+			t.Topic, t.TopicID = r.Topic, ids[r.Topic]
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+			idx[r.Topic] = i
+		}
+		p := kmsg.NewOffsetCommitRequestTopicPartition()
+		p.Partition, p.Offset, p.LeaderEpoch = r.Partition, r.New, -1
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
+	}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return err
+	}
+	results := map[tpKey]int16{}
+	for _, t := range resp.Topics {
+		name := cmp.Or(t.Topic, names[t.TopicID])
+		for _, p := range t.Partitions {
+			results[tpKey{name, p.Partition}] = p.ErrorCode
+		}
+	}
+	for i := range plan {
+		code, ok := results[tpKey{plan[i].Topic, plan[i].Partition}]
+		switch {
+		case !ok:
+			plan[i].Error = "no answer for this partition"
+		case code != 0:
+			plan[i].Error = codeErr("commit", code).Error()
+		default:
+			plan[i].Executed = true
+		}
+	}
+	return nil
+}
+
+type deleteRow struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Deleted   bool   `json:"deleted"`
+	Error     string `json:"error,omitempty"`
+}
+
+func (c *cli) offsetsDelete(ctx context.Context, args []string) error {
+	fs, topic, partsFlag := topicFlags("offsets delete")
+	group, err := parseGroupFlags(fs, args)
+	parts := *partsFlag
+	if err != nil || *topic == "" {
+		return fmt.Errorf("%w: %s", errUsage, offsetsDeleteUsage)
+	}
+	if len(parts) == 0 {
+		current, err := c.committed(ctx, group)
+		if err != nil {
+			return err
+		}
+		for k := range current {
+			if k.topic == *topic {
+				parts = append(parts, k.partition)
+			}
+		}
+		slices.Sort(parts)
+		if len(parts) == 0 {
+			return fmt.Errorf("group %s has no committed offsets for topic %s", group, *topic)
+		}
+	}
+	req := kmsg.NewPtrOffsetDeleteRequest()
+	req.Group = group
+	t := kmsg.NewOffsetDeleteRequestTopic()
+	t.Topic = *topic
+	for _, p := range parts {
+		rp := kmsg.NewOffsetDeleteRequestTopicPartition()
+		rp.Partition = p
+		t.Partitions = append(t.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return err
+	}
+	if err := codeErr("delete offsets of "+group, resp.ErrorCode); err != nil {
+		return err
+	}
+	var rows []deleteRow
+	var failed error
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			r := deleteRow{Topic: rt.Topic, Partition: rp.Partition, Deleted: rp.ErrorCode == 0}
+			if err := codeErr(fmt.Sprintf("delete %s/%d", rt.Topic, rp.Partition), rp.ErrorCode); err != nil {
+				r.Error = err.Error()
+				failed = cmp.Or(failed, err)
+			}
+			rows = append(rows, r)
+		}
+	}
+	slices.SortFunc(rows, func(a, b deleteRow) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	err = c.print(rows, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "TOPIC\tPARTITION\tRESULT")
+		for _, r := range rows {
+			fmt.Fprintf(w, "%s\t%d\t%s\n", r.Topic, r.Partition, cmp.Or(r.Error, "deleted"))
+		}
+	})
+	return cmp.Or(failed, err)
+}
+
+func (c *cli) topicsDelete(ctx context.Context, name string) error {
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	req.TimeoutMillis = int32(c.timeout.Milliseconds())
+	req.TopicNames = []string{name}
+	t := kmsg.NewDeleteTopicsRequestTopic()
+	t.Topic = &name
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return err
+	}
+	if len(resp.Topics) != 1 {
+		return fmt.Errorf("delete %s: %d topics in the answer", name, len(resp.Topics))
+	}
+	if err := codeErr("delete "+name, resp.Topics[0].ErrorCode); err != nil {
+		return err
+	}
+	return c.printDeleted("topic", name)
+}

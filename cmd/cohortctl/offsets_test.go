@@ -1,0 +1,168 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+func startKfake(t *testing.T) string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()[0]
+}
+
+// committedOf reads the group's committed offsets of topic through
+// `cohortctl offsets`.
+func committedOf(t *testing.T, addr, group, topic string) map[int32]int64 {
+	t.Helper()
+	var rows []offsetRow
+	ctlJSON(t, addr, &rows, "offsets", group)
+	out := map[int32]int64{}
+	for _, r := range rows {
+		if r.Topic == topic && r.Committed != nil {
+			out[r.Partition] = *r.Committed
+		}
+	}
+	return out
+}
+
+func sameOffsets(a, b map[int32]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// The same offset, describe and topic commands against cohort and kfake.
+func TestOffsetResetAndDelete(t *testing.T) {
+	for name, start := range map[string]func(*testing.T) string{"cohort": startNode, "kfake": startKfake} {
+		t.Run(name, func(t *testing.T) { offsetCommands(t, start(t)) })
+	}
+}
+
+func offsetCommands(t *testing.T, addr string) {
+	if _, errOut, code := ctl(t, addr, "topics", "create", "--partitions", "3", "orders"); code != 0 {
+		t.Fatalf("topics create: %s", errOut)
+	}
+	// Dry run: the plan, and nothing committed.
+	var plan []resetRow
+	ctlJSON(t, addr, &plan, "offsets", "reset", "billing", "--topic", "orders", "--to-offset", "5")
+	if len(plan) != 3 || plan[0].New != 5 || plan[0].Current != nil || plan[2].Partition != 2 || plan[0].Executed {
+		t.Fatalf("dry-run plan: %+v", plan)
+	}
+	table, _, _ := ctl(t, addr, "offsets", "reset", "billing", "--topic", "orders", "--to-offset", "5")
+	if !strings.Contains(table, "dry run: nothing changed") || !strings.Contains(table, "planned") {
+		t.Fatalf("dry-run table:\n%s", table)
+	}
+	if got := committedOf(t, addr, "billing", "orders"); len(got) != 0 {
+		t.Fatalf("a dry run committed %v", got)
+	}
+
+	// To an offset, shift by N, from a file.
+	ctlJSON(t, addr, &plan, "offsets", "reset", "billing", "--topic", "orders", "--to-offset", "5", "--execute")
+	if len(plan) != 3 || !plan[0].Executed || !plan[2].Executed {
+		t.Fatalf("executed plan: %+v", plan)
+	}
+	if got := committedOf(t, addr, "billing", "orders"); !sameOffsets(got, map[int32]int64{0: 5, 1: 5, 2: 5}) {
+		t.Fatalf("after --to-offset: %v", got)
+	}
+	ctlJSON(t, addr, &plan, "offsets", "reset", "billing", "--topic", "orders", "--partitions", "0,1", "--shift-by", "-2", "--execute")
+	if len(plan) != 2 || plan[0].Current == nil || *plan[0].Current != 5 || plan[0].New != 3 {
+		t.Fatalf("shift plan: %+v", plan)
+	}
+	csvPath := filepath.Join(t.TempDir(), "plan.csv")
+	if err := os.WriteFile(csvPath, []byte("# topic,partition,offset\norders,2,9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctlJSON(t, addr, &plan, "offsets", "reset", "billing", "--from-file", csvPath, "--execute")
+	if got := committedOf(t, addr, "billing", "orders"); !sameOffsets(got, map[int32]int64{0: 3, 1: 3, 2: 9}) {
+		t.Fatalf("after --shift-by and --from-file: %v", got)
+	}
+	if err := os.WriteFile(csvPath, []byte("orders,x,9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := ctl(t, addr, "offsets", "reset", "billing", "--from-file", csvPath); code != 1 || !strings.Contains(errOut, "plan.csv:1") {
+		t.Fatalf("bad CSV: %d %q", code, errOut)
+	}
+	if _, _, code := ctl(t, addr, "offsets", "reset", "billing", "--topic", "orders"); code != 2 {
+		t.Fatalf("reset without a mode: exit %d, want 2", code)
+	}
+
+	// Refused while the group has a live member.
+	c := startConsumer(t, addr, "billing", "orders", "ctl-live")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st groupState
+		ctlJSON(t, addr, &st, "groups", "describe", "--state", "billing")
+		if st.State == "Stable" && st.Members == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group never stable: %+v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var members []groupMember
+	ctlJSON(t, addr, &members, "groups", "describe", "--members", "billing")
+	if len(members) != 1 || members[0].ClientID != "ctl-live" || len(members[0].Assignment["orders"]) != 3 {
+		t.Fatalf("describe --members: %+v", members)
+	}
+	if _, errOut, code := ctl(t, addr, "offsets", "reset", "billing", "--topic", "orders", "--to-offset", "0", "--execute"); code != 1 || !strings.Contains(errOut, "1 live members") {
+		t.Fatalf("reset with a live member: %d %q", code, errOut)
+	}
+	c.cl.Close()
+	for deadline = time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var st groupState
+		ctlJSON(t, addr, &st, "groups", "describe", "--state", "billing")
+		if st.State == "Empty" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group not empty after its member left: %+v", st)
+		}
+	}
+	if got := committedOf(t, addr, "billing", "orders"); !sameOffsets(got, map[int32]int64{0: 3, 1: 3, 2: 9}) {
+		t.Fatalf("the refused reset changed offsets: %v", got)
+	}
+
+	// OffsetDelete.
+	var dels []deleteRow
+	ctlJSON(t, addr, &dels, "offsets", "delete", "billing", "--topic", "orders", "--partitions", "0")
+	if len(dels) != 1 || !dels[0].Deleted || dels[0].Partition != 0 {
+		t.Fatalf("offsets delete: %+v", dels)
+	}
+	if got := committedOf(t, addr, "billing", "orders"); !sameOffsets(got, map[int32]int64{1: 3, 2: 9}) {
+		t.Fatalf("after offsets delete: %v", got)
+	}
+	out, errOut, code := ctl(t, addr, "offsets", "delete", "billing", "--topic", "orders")
+	if code != 0 || strings.Count(out, "deleted") != 2 {
+		t.Fatalf("offsets delete of the rest: %d %q %q", code, out, errOut)
+	}
+	if got := committedOf(t, addr, "billing", "orders"); len(got) != 0 {
+		t.Fatalf("after deleting every offset: %v", got)
+	}
+
+	// topics delete.
+	if out, errOut, code := ctl(t, addr, "topics", "delete", "orders"); code != 0 || !strings.Contains(out, "deleted topic orders") {
+		t.Fatalf("topics delete: %d %q %q", code, out, errOut)
+	}
+	var topics []topicInfo
+	ctlJSON(t, addr, &topics, "topics", "list")
+	if len(topics) != 0 {
+		t.Fatalf("topics after delete: %+v", topics)
+	}
+}

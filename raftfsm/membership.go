@@ -1,0 +1,137 @@
+package raftfsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+)
+
+// Membership errors. The rules below return them wrapped with %w, so
+// callers (the cluster administration API) tell them apart with errors.Is.
+var (
+	// ErrNotLeader: only the leader changes the configuration.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrInvalidRequest: a required field is missing.
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrUnknownNode: the node is not in the cluster configuration.
+	ErrUnknownNode = errors.New("unknown node")
+	// ErrLeadershipMoved: leadership was handed to another node before the
+	// change (removing the leader); send it again to the new leader.
+	ErrLeadershipMoved = errors.New("leadership moved")
+)
+
+// membershipTimeout bounds one configuration change.
+const membershipTimeout = 20 * time.Second
+
+// Voters returns the ids of the voters in the latest configuration.
+func (n *Node) Voters() []string {
+	f := n.Raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	var ids []string
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			ids = append(ids, string(s.ID))
+		}
+	}
+	return ids
+}
+
+// Join adds a node as a voter (or updates its Raft address) and records its
+// addresses in the registry. Joining again with the same id and address is
+// a no-op. Leader only.
+func (n *Node) Join(ctx context.Context, reg *raftpb.NodeRegister) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if reg.GetNodeId() == "" || reg.GetRaftAddr() == "" {
+		return fmt.Errorf("%w: node id and raft addr are required", ErrInvalidRequest)
+	}
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	present := slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return s.ID == raft.ServerID(reg.GetNodeId()) && s.Address == raft.ServerAddress(reg.GetRaftAddr()) && s.Suffrage == raft.Voter
+	})
+	if !present {
+		if err := n.AddVoter(reg.GetNodeId(), reg.GetRaftAddr()); err != nil {
+			return err
+		}
+		n.cfg.Logger.Info("voter added", "node", reg.GetNodeId(), "raft_addr", reg.GetRaftAddr())
+	}
+	return n.Register(ctx, reg)
+}
+
+// AddVoter adds a voter (or changes its address). Leader only.
+func (n *Node) AddVoter(id, addr string) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if id == "" || addr == "" {
+		return fmt.Errorf("%w: node id and raft addr are required", ErrInvalidRequest)
+	}
+	return raftError(n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, membershipTimeout).Error())
+}
+
+// RemoveVoter removes a voter and forgets its registry entry. Removing the
+// leader hands leadership to another voter first and fails with
+// ErrLeadershipMoved: the new leader then commits the removal, so the
+// cluster keeps a leader throughout. Leader only.
+func (n *Node) RemoveVoter(ctx context.Context, id string) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if id == "" {
+		return fmt.Errorf("%w: node id is required", ErrInvalidRequest)
+	}
+	if id == n.ID() {
+		if err := n.Raft.LeadershipTransfer().Error(); err != nil {
+			return fmt.Errorf("transfer leadership before removing the leader: %w", raftError(err))
+		}
+		return fmt.Errorf("%w: send the removal again to the new leader", ErrLeadershipMoved)
+	}
+	if !slices.Contains(n.Voters(), id) {
+		return fmt.Errorf("%w: node %q is not a voter of the cluster", ErrUnknownNode, id)
+	}
+	if err := n.Raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
+		return raftError(err)
+	}
+	return n.Unregister(ctx, id)
+}
+
+// TransferLeadership hands leadership to the node id, or to the most
+// up-to-date voter when id is empty. Leader only.
+func (n *Node) TransferLeadership(id string) error {
+	if !n.IsLeader() {
+		return ErrNotLeader
+	}
+	if id == "" {
+		return raftError(n.Raft.LeadershipTransfer().Error())
+	}
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == raft.ServerID(id) {
+			return raftError(n.Raft.LeadershipTransferToServer(s.ID, s.Address).Error())
+		}
+	}
+	return fmt.Errorf("%w: node %q is not in the cluster", ErrUnknownNode, id)
+}
+
+// raftError marks raft's "not the leader" answers with ErrNotLeader.
+func raftError(err error) error {
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return fmt.Errorf("%w: %v", ErrNotLeader, err)
+	}
+	return err
+}
