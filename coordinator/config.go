@@ -19,6 +19,10 @@ type Config struct {
 	OffsetMetadataMaxBytes        int // offset.metadata.max.bytes
 	// MaxRecordBytes bounds one group-metadata record (Kafka: message.max.bytes).
 	MaxRecordBytes int
+	// OwnershipGuard: SyncGroup answers of "consumer" groups never give a
+	// member a partition another member still owns (see the package doc).
+	// DefaultConfig turns it on; a zero Config has it off.
+	OwnershipGuard bool
 }
 
 // DefaultConfig returns Kafka's defaults.
@@ -33,6 +37,7 @@ func DefaultConfig() Config {
 		OffsetsRetentionCheckInterval: 10 * time.Minute,
 		OffsetMetadataMaxBytes:        4096,
 		MaxRecordBytes:                1048588,
+		OwnershipGuard:                true,
 	}
 }
 

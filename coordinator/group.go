@@ -51,6 +51,14 @@ type member struct {
 	joinVersion int32
 	syncReply   ReplyTo // parked SyncGroup, nil when not awaiting sync
 	isNew       bool
+
+	// Ownership guard (guard.go): the generation in which the member was
+	// sent its SyncGroup answer, the assignment it was answered (nil: none
+	// since it joined or the group was loaded) and the generation in which
+	// partitions withheld from others wait for its release (0: none).
+	syncedGen int32
+	answered  []byte
+	blocksGen int32
 }
 
 func (m *member) metadata(protocol string) []byte {
@@ -139,6 +147,9 @@ type Group struct {
 	nextToken uint64
 	inflight  map[uint64]persistOp
 	deleting  bool // a group deletion is being written
+
+	guard      guardState
+	guardStats GuardStats
 }
 
 // New returns an Empty group at generation 0.
@@ -341,6 +352,7 @@ func (g *Group) removeMember(m *member, fx *Effects) {
 	for _, p := range m.protocols {
 		g.decProto(p.GetName())
 	}
+	g.guardRemoved(m)
 	delete(g.members, m.id)
 	if i := slices.Index(g.order, m); i >= 0 {
 		g.order = slices.Delete(g.order, i, i+1)

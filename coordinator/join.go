@@ -32,6 +32,7 @@ func joinTimeouts(cfg *Config, req *pb.JoinGroupRequest) (session, rebalance tim
 // Join handles JoinGroup v0-v9. newID is a fresh unique suffix used when the
 // request needs a new member id (clientId-newID or instanceId-newID).
 func (g *Group) Join(now time.Time, req *pb.JoinGroupRequest, newID string, to ReplyTo, fx *Effects) {
+	g.guardOnJoin(now, req, fx)
 	memberID := req.GetMemberId()
 	if req.GetGroupId() == "" {
 		fx.reply(to, joinError(memberID, ErrInvalidGroupID))

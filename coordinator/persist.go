@@ -55,6 +55,9 @@ func (g *Group) groupRecord(now time.Time, assignments map[string][]byte) *pb.Re
 	if g.floor > g.generation {
 		rec.GenerationFloor = g.floor
 	}
+	// Withheld partitions wait for a follow-up rebalance: a coordinator
+	// that loads this record starts it at once (see the package doc).
+	rec.RebalancePending = g.guardPending()
 
 	if g.leader != "" {
 		l := g.leader

@@ -55,6 +55,7 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		g.removePendingSync(m.id, fx)
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
 		fx.reply(to, g.syncResponse(m))
+		g.guardAnswered(m)
 	default: // Empty (unreachable: the member check fails first)
 		fx.reply(to, syncError(ErrUnknownMemberID))
 	}
@@ -84,6 +85,7 @@ func (g *Group) storeAssignment(now time.Time, assignments []*pb.SyncGroupAssign
 			byMember[m.id] = []byte{}
 		}
 	}
+	g.guardAssignments(byMember, fx)
 	rec := g.groupRecord(now, byMember)
 	op := &assignmentWrite{generation: g.generation, assignments: byMember}
 	if proto.Size(rec) > g.cfg.MaxRecordBytes {
@@ -120,6 +122,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 		m.assignment = w.assignments[m.id]
 		if m.syncReply != nil {
 			fx.reply(m.syncReply, g.syncResponse(m))
+			g.guardAnswered(m)
 			m.syncReply = nil
 			fx.arm(TimerMember, m.id, m.sessionTimeout)
 		}
@@ -177,6 +180,9 @@ func (g *Group) Heartbeat(now time.Time, req *pb.HeartbeatRequest, fx *Effects) 
 		return ErrRebalanceInProgress
 	case CompletingRebalance, Stable:
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
+		if g.guard.gen != 0 && g.guardRelease(now, m, fx) {
+			return ErrRebalanceInProgress
+		}
 		return ErrNone
 	default:
 		return ErrUnknownMemberID
