@@ -257,3 +257,17 @@ func (g *Group) guardRemoved(m *member) {
 func (g *Group) guardPending() bool {
 	return g.guard.gen != 0 && g.guard.gen == g.generation && g.guard.blockers > 0
 }
+
+// FeatureExclusiveOwnership names the guard as a coordinator feature
+// (version 1), in ApiVersions v3+ and in CoordinatorFeaturesResponse.
+const FeatureExclusiveOwnership = "cohort.exclusive-ownership"
+
+// Features answers CoordinatorFeatures: the cohort extensions cfg turns on.
+func Features(cfg *Config) *pb.CoordinatorFeaturesResponse {
+	resp := &pb.CoordinatorFeaturesResponse{}
+	if cfg.OwnershipGuard {
+		resp.ExclusiveOwnership = true
+		resp.Features = append(resp.Features, &pb.CoordinatorFeature{Name: FeatureExclusiveOwnership, MinVersion: 1, MaxVersion: 1})
+	}
+	return resp
+}

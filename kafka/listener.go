@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/coordinator"
 )
 
 // Groups executes one native group request (grouppb.*Request) and returns the
@@ -86,7 +87,16 @@ type Config struct {
 	// a cluster, so clients know the coordinator) and the controller id; nil
 	// means this listener alone.
 	Brokers func() (brokers []Broker, controller int32)
+	// ExclusiveOwnership advertises, in ApiVersions v3+ supported features,
+	// that the coordinator enforces exclusive partition ownership in consumer
+	// groups (FeatureExclusiveOwnership): the group ownership guard is on.
+	ExclusiveOwnership bool
 }
+
+// FeatureExclusiveOwnership is the ApiVersions supported feature (version 1)
+// a coordinator with the ownership guard advertises: no SyncGroup answer
+// gives a member a partition another member has not released yet.
+const FeatureExclusiveOwnership = coordinator.FeatureExclusiveOwnership
 
 // DefaultConfig returns the defaults: 127.0.0.1:9092, 100 MiB requests,
 // auto-created topics with 1 partition.

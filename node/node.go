@@ -210,6 +210,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	kcfg.NodeID = n.kafkaID
 	kcfg.Coordinator = n.coordinatorBroker
 	kcfg.Brokers = n.brokers
+	kcfg.ExclusiveOwnership = cfg.Group.OwnershipGuard
 	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err
