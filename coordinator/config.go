@@ -23,6 +23,14 @@ type Config struct {
 	// member a partition another member still owns (see the package doc).
 	// DefaultConfig turns it on; a zero Config has it off.
 	OwnershipGuard bool
+	// MixedAssignors admits into a "consumer" group whose members list only
+	// built-in assignors a member whose list shares nothing with the group;
+	// while no assignor is common to all, the coordinator assigns the group
+	// itself (see the package doc). Off by default.
+	MixedAssignors bool
+	// TopicPartitions returns a topic's partition count (0 when unknown),
+	// read from the replicated topic catalog; mixed-assignor groups need it.
+	TopicPartitions func(topic string) int32
 }
 
 // DefaultConfig returns Kafka's defaults.

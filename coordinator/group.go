@@ -150,6 +150,9 @@ type Group struct {
 
 	guard      guardState
 	guardStats GuardStats
+	// mixedGen is the generation the coordinator computed the assignment of
+	// (mixed-assignor groups, mixed.go).
+	mixedGen int32
 }
 
 // New returns an Empty group at generation 0.
@@ -413,7 +416,7 @@ func (g *Group) supportsProtocols(protocolType string, protocols []*pb.Protocol)
 			return true
 		}
 	}
-	return false
+	return g.mixedAdmits(protocolType, protocols)
 }
 
 // selectProtocol runs the vote: each member votes for its first protocol that
@@ -441,6 +444,10 @@ func (g *Group) selectProtocol() string {
 		if v, ok := votes[p.GetName()]; ok && v > bestVotes {
 			best, bestVotes = p.GetName(), v
 		}
+	}
+	if best == "" {
+		// No protocol common to all: a mixed-assignor group (mixed.go).
+		best = g.mixedFallback(ranking)
 	}
 	return best
 }
@@ -471,7 +478,7 @@ func (g *Group) computeSubscribed() {
 	}
 	set := map[string]struct{}{}
 	for _, m := range g.order {
-		topics, ok := subscriptionTopics(m.metadata(*g.protocolName))
+		topics, ok := subscriptionTopics(g.memberMetadata(m))
 		if !ok {
 			return
 		}

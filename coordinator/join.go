@@ -153,7 +153,7 @@ func (g *Group) joinResponse(m *member, withMembers, skipAssignment bool) *pb.Jo
 	resp := &pb.JoinGroupResponse{
 		GenerationId:   g.generation,
 		ProtocolType:   g.protocolTypeOpt(),
-		ProtocolName:   cloneOpt(g.protocolName),
+		ProtocolName:   g.memberProtocolOpt(m),
 		Leader:         g.leader,
 		MemberId:       m.id,
 		SkipAssignment: skipAssignment,
@@ -173,6 +173,9 @@ func (g *Group) protocolTypeOpt() *string {
 }
 
 func (g *Group) currentMemberMetadata() []*pb.JoinGroupMember {
+	if g.isMixed() {
+		return g.mixedLeaderMembers()
+	}
 	name := g.protocolNameOr("")
 	out := make([]*pb.JoinGroupMember, 0, len(g.order))
 	for _, m := range g.order {

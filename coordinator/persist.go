@@ -63,7 +63,6 @@ func (g *Group) groupRecord(now time.Time, assignments map[string][]byte) *pb.Re
 		l := g.leader
 		rec.Leader = &l
 	}
-	name := g.protocolNameOr("")
 	for _, m := range g.order {
 		a := m.assignment
 		if assignments != nil {
@@ -76,7 +75,7 @@ func (g *Group) groupRecord(now time.Time, assignments map[string][]byte) *pb.Re
 			ClientHost:         m.clientHost,
 			RebalanceTimeoutMs: durationMs(m.rebalanceTimeout),
 			SessionTimeoutMs:   durationMs(m.sessionTimeout),
-			Subscription:       m.metadata(name),
+			Subscription:       g.memberMetadata(m),
 			Assignment:         a,
 		})
 	}

@@ -34,11 +34,11 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		fx.reply(to, syncError(ErrInconsistentGroupProto))
 		return
 	}
-	if req.ProtocolName != nil && (g.protocolName == nil || req.GetProtocolName() != *g.protocolName) {
+	m := g.members[req.GetMemberId()]
+	if req.ProtocolName != nil && (g.protocolName == nil || req.GetProtocolName() != g.memberProtocol(m)) {
 		fx.reply(to, syncError(ErrInconsistentGroupProto))
 		return
 	}
-	m := g.members[req.GetMemberId()]
 	switch g.state {
 	case PreparingRebalance:
 		fx.reply(to, syncError(ErrRebalanceInProgress))
@@ -48,7 +48,9 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		}
 		m.syncReply = to
 		g.removePendingSync(m.id, fx)
-		if m.id == g.leader {
+		if g.isMixed() {
+			g.mixedAssign(now, fx)
+		} else if m.id == g.leader {
 			g.storeAssignment(now, req.GetAssignments(), fx)
 		}
 	case Stable:
@@ -66,7 +68,7 @@ func (g *Group) syncResponse(m *member) *pb.SyncGroupResponse {
 	if a == nil {
 		a = []byte{}
 	}
-	return &pb.SyncGroupResponse{ProtocolType: g.protocolTypeOpt(), ProtocolName: cloneOpt(g.protocolName), Assignment: a}
+	return &pb.SyncGroupResponse{ProtocolType: g.protocolTypeOpt(), ProtocolName: g.memberProtocolOpt(m), Assignment: a}
 }
 
 // storeAssignment writes the leader's assignment (entries for non-members are

@@ -196,7 +196,19 @@ func Start(cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true})
+	gcfg := cfg.Group
+	if gcfg.TopicPartitions == nil {
+		// Mixed-assignor groups are assigned by the coordinator from the
+		// replicated topic catalog.
+		topics := n.raft.Catalog
+		gcfg.TopicPartitions = func(name string) int32 {
+			if t, ok := topics.Get(name); ok {
+				return t.Partitions
+			}
+			return 0
+		}
+	}
+	n.service, err = actors.Start(n.system, actors.Options{Config: gcfg, Store: n.raft.Store, Logger: log, Fenced: true})
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,12 @@ func TestOwnershipGuardFlag(t *testing.T) {
 		{nil, map[string]string{"COHORT_GROUP_OWNERSHIP_GUARD": "false"}, false},
 		{[]string{"--group-ownership-guard"}, map[string]string{"COHORT_GROUP_OWNERSHIP_GUARD": "false"}, true},
 	}
+	if cfg, _, err := parseConfig(nil, env(nil), &bytes.Buffer{}); err != nil || cfg.Group.MixedAssignors {
+		t.Fatalf("mixed assignors on by default (%v)", err)
+	}
+	if cfg, _, err := parseConfig(nil, env(map[string]string{"COHORT_GROUP_MIXED_ASSIGNORS": "true"}), &bytes.Buffer{}); err != nil || !cfg.Group.MixedAssignors {
+		t.Fatalf("COHORT_GROUP_MIXED_ASSIGNORS=true not applied (%v)", err)
+	}
 	for _, c := range cases {
 		cfg, _, err := parseConfig(c.args, env(c.env), &bytes.Buffer{})
 		if err != nil {

@@ -73,6 +73,21 @@ func sortedKeys(m map[int32]bool) []int32 {
 	return out
 }
 
+// rejectLogger reports every JoinGroup refused with
+// INCONSISTENT_GROUP_PROTOCOL (kgo logs it and retries).
+type rejectLogger struct{}
+
+func (rejectLogger) Level() kgo.LogLevel { return kgo.LogLevelInfo }
+
+func (rejectLogger) Log(_ kgo.LogLevel, msg string, keyvals ...any) {
+	for _, v := range keyvals {
+		if err, ok := v.(error); ok && strings.Contains(err.Error(), "INCONSISTENT_GROUP_PROTOCOL") {
+			emit(map[string]any{"rejected": msg})
+			return
+		}
+	}
+}
+
 func runFranz() int {
 	e := readClientEnv()
 	var (
@@ -112,6 +127,7 @@ func runFranz() int {
 		kgo.ConsumerGroup(e.group),
 		kgo.ConsumeTopics(e.topic),
 		kgo.Balancers(balancers...),
+		kgo.WithLogger(rejectLogger{}),
 		kgo.SessionTimeout(e.session),
 		kgo.RebalanceTimeout(10*time.Second),
 		kgo.HeartbeatInterval(500*time.Millisecond),

@@ -331,6 +331,9 @@ type proc struct {
 	reports int
 	stderr  bytes.Buffer
 	events  []ownEvent // timestamped ownership changes, from clients that report them
+	// rejected counts JoinGroups refused with INCONSISTENT_GROUP_PROTOCOL
+	// (as the client logged them).
+	rejected int
 }
 
 // ownEvent is an ownership change a client reported from its callbacks.
@@ -369,6 +372,10 @@ func startProc(t *testing.T, name string, argv []string, env []string) *proc {
 				continue
 			}
 			switch {
+			case m["rejected"] != nil:
+				p.mu.Lock()
+				p.rejected++
+				p.mu.Unlock()
 			case m["ev"] != nil:
 				ev := ownEvent{client: name, kind: m["ev"].(string)}
 				if ps, ok := m["parts"].([]any); ok {

@@ -70,6 +70,33 @@ func TestFranzGoRollingAssignorChanges(t *testing.T) {
 	}
 }
 
+// With --group-mixed-assignors a single rolling bounce between [range] and
+// [cooperative-sticky], either way, refuses no join: every restarted member
+// is in the group at once, assigned by the coordinator.
+func TestFranzGoRollingMixedAssignors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("interop tests run without -short")
+	}
+	srv := startCohort(t, "--group-mixed-assignors")
+	plans := []rollPlan{
+		{name: "mixed-single-bounce-upgrade", start: "range", bounces: []string{"cooperative-sticky"}},
+		{name: "mixed-single-bounce-downgrade", start: "cooperative-sticky", bounces: []string{"range"}},
+	}
+	for _, plan := range plans {
+		for i := range rollRepeat() {
+			t.Run(fmt.Sprintf("%s/%d", plan.name, i), func(t *testing.T) {
+				r := runRoll(t, srv, plan, fmt.Sprintf("%s-%d", plan.name, i))
+				if len(r.overlaps) > 0 {
+					t.Fatalf("%d overlaps: %s", len(r.overlaps), strings.Join(r.overlaps, "; "))
+				}
+				if r.rejected > 0 {
+					t.Fatalf("%d joins refused with INCONSISTENT_GROUP_PROTOCOL", r.rejected)
+				}
+			})
+		}
+	}
+}
+
 // The negative control: with the guard off, the downgrade hands a partition
 // to its new owner while the old one still holds it.
 func TestFranzGoRollingDowngradeWithoutGuardOverlaps(t *testing.T) {
@@ -89,8 +116,10 @@ func TestFranzGoRollingDowngradeWithoutGuardOverlaps(t *testing.T) {
 }
 
 type rollResult struct {
-	overlaps []string
-	steps    int
+	overlaps  []string
+	steps     int
+	rejected  int     // JoinGroups refused with INCONSISTENT_GROUP_PROTOCOL
+	perBounce []int32 // generations (rebalances) per bounce
 }
 
 func runRoll(t *testing.T, srv *server, plan rollPlan, tag string) rollResult {
@@ -121,6 +150,8 @@ func runRoll(t *testing.T, srv *server, plan rollPlan, tag string) rollResult {
 	began := time.Now()
 	gen0 := waitSettled(t, admin, group, topic, live, true, 60*time.Second)
 	steps := 0
+	var perBounce []int32
+	genAt := gen0
 	for b, list := range plan.bounces {
 		for i := range live {
 			stepStart := time.Now()
@@ -128,10 +159,13 @@ func runRoll(t *testing.T, srv *server, plan rollPlan, tag string) rollResult {
 			rest := slices.Delete(slices.Clone(live), i, i+1)
 			waitSettled(t, admin, group, topic, rest, !plan.outside, 60*time.Second)
 			live[i] = start(i, list, b+1)
-			last := b == len(plan.bounces)-1 && i == len(live)-1
-			waitSettled(t, admin, group, topic, live, !plan.outside || last || i == len(live)-1, 60*time.Second)
+			gen := waitSettled(t, admin, group, topic, live, !plan.outside || i == len(live)-1, 60*time.Second)
 			steps++
 			t.Logf("%s: bounce %d member %d -> [%s] settled in %v", tag, b+1, i, list, time.Since(stepStart).Round(10*time.Millisecond))
+			if i == len(live)-1 {
+				perBounce = append(perBounce, gen-genAt)
+				genAt = gen
+			}
 		}
 	}
 	d, err := describe(context.Background(), admin, group, topic)
@@ -145,15 +179,17 @@ func runRoll(t *testing.T, srv *server, plan rollPlan, tag string) rollResult {
 	withheld, followUps := srv.withheldRounds-withheld0, srv.followUps-followUps0
 	srv.mu.Unlock()
 	var events []ownEvent
+	rejected := 0
 	for _, p := range all {
 		p.mu.Lock()
 		events = append(events, p.events...)
+		rejected += p.rejected
 		p.mu.Unlock()
 	}
 	overlaps := findOverlaps(events)
-	t.Logf("%s: %d steps in %v, generations %d -> %d, guard: %d rounds withheld partitions, %d follow-up rebalances, %d ownership events, %d overlaps",
-		tag, steps, time.Since(began).Round(100*time.Millisecond), gen0, d.gen, withheld, followUps, len(events), len(overlaps))
-	return rollResult{overlaps: overlaps, steps: steps}
+	t.Logf("%s: %d steps in %v, generations %d -> %d (per bounce %v), %d rejected joins, guard: %d rounds withheld partitions, %d follow-up rebalances, %d ownership events, %d overlaps",
+		tag, steps, time.Since(began).Round(100*time.Millisecond), gen0, d.gen, perBounce, rejected, withheld, followUps, len(events), len(overlaps))
+	return rollResult{overlaps: overlaps, steps: steps, rejected: rejected, perBounce: perBounce}
 }
 
 // findOverlaps replays the clients' ownership events in time order and
