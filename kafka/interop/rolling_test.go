@@ -61,7 +61,7 @@ func TestFranzGoRollingAssignorChanges(t *testing.T) {
 	for _, plan := range rollPlans {
 		for i := range rollRepeat() {
 			t.Run(fmt.Sprintf("%s/%d", plan.name, i), func(t *testing.T) {
-				r := runRoll(t, srv, plan, fmt.Sprintf("%s-%d", plan.name, i))
+				r := runRoll(t, srv, plan, fmt.Sprintf("%s-%d", plan.name, i), franzRoll())
 				if len(r.overlaps) > 0 {
 					t.Fatalf("%d overlaps: %s", len(r.overlaps), strings.Join(r.overlaps, "; "))
 				}
@@ -85,7 +85,32 @@ func TestFranzGoRollingMixedAssignors(t *testing.T) {
 	for _, plan := range plans {
 		for i := range rollRepeat() {
 			t.Run(fmt.Sprintf("%s/%d", plan.name, i), func(t *testing.T) {
-				r := runRoll(t, srv, plan, fmt.Sprintf("%s-%d", plan.name, i))
+				r := runRoll(t, srv, plan, fmt.Sprintf("%s-%d", plan.name, i), franzRoll())
+				if len(r.overlaps) > 0 {
+					t.Fatalf("%d overlaps: %s", len(r.overlaps), strings.Join(r.overlaps, "; "))
+				}
+				if r.rejected > 0 {
+					t.Fatalf("%d joins refused with INCONSISTENT_GROUP_PROTOCOL", r.rejected)
+				}
+			})
+		}
+	}
+}
+
+// librdkafka (through confluent-kafka-python) refuses assignor lists that
+// mix eager and cooperative assignors, so its only paths between them are
+// single bounces, which need --group-mixed-assignors.
+func TestLibrdkafkaRollingMixedAssignors(t *testing.T) {
+	ensureDebian(t, "import confluent_kafka", "python3-confluent-kafka")
+	srv := startCohort(t, "--group-mixed-assignors")
+	plans := []rollPlan{
+		{name: "rdk-single-bounce-upgrade", start: "range", bounces: []string{"cooperative-sticky"}},
+		{name: "rdk-single-bounce-downgrade", start: "cooperative-sticky", bounces: []string{"range"}},
+	}
+	for _, plan := range plans {
+		for i := range rollRepeat() {
+			t.Run(fmt.Sprintf("%s/%d", plan.name, i), func(t *testing.T) {
+				r := runRoll(t, srv, plan, fmt.Sprintf("%s-%d", plan.name, i), librdkafkaRoll())
 				if len(r.overlaps) > 0 {
 					t.Fatalf("%d overlaps: %s", len(r.overlaps), strings.Join(r.overlaps, "; "))
 				}
@@ -106,13 +131,31 @@ func TestFranzGoRollingDowngradeWithoutGuardOverlaps(t *testing.T) {
 	srv := startCohort(t, "--group-ownership-guard=false")
 	for i := range rollRepeat() {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {
-			r := runRoll(t, srv, rollPlans[2], fmt.Sprintf("noguard-%d", i))
+			r := runRoll(t, srv, rollPlans[2], fmt.Sprintf("noguard-%d", i), franzRoll())
 			if len(r.overlaps) == 0 {
 				t.Fatal("no overlap without the guard: the test cannot tell a guarded coordinator from an unguarded one")
 			}
 			t.Logf("without the guard: %d overlaps, e.g. %s", len(r.overlaps), r.overlaps[0])
 		})
 	}
+}
+
+// rollClient is the consumer the plan rolls: its command line and extra
+// environment.
+type rollClient struct {
+	argv func(t *testing.T) []string
+	env  []string
+}
+
+func franzRoll() rollClient {
+	return rollClient{
+		argv: func(t *testing.T) []string { return []string{self(t), "-test.run=^$"} },
+		env:  []string{"COHORT_INTEROP_CLIENT=franz"},
+	}
+}
+
+func librdkafkaRoll() rollClient {
+	return rollClient{argv: func(*testing.T) []string { return []string{python, "testdata/confluent_client.py"} }}
 }
 
 type rollResult struct {
@@ -122,7 +165,7 @@ type rollResult struct {
 	perBounce []int32 // generations (rebalances) per bounce
 }
 
-func runRoll(t *testing.T, srv *server, plan rollPlan, tag string) rollResult {
+func runRoll(t *testing.T, srv *server, plan rollPlan, tag string, cl rollClient) rollResult {
 	admin := adminClient(t, srv.addr)
 	topic, group := "roll-"+tag, "roll-"+tag
 	createTopic(t, admin, topic, rollPartitions)
@@ -133,13 +176,12 @@ func runRoll(t *testing.T, srv *server, plan rollPlan, tag string) rollResult {
 	var all []*proc // every process started, for the ownership history
 	start := func(slot int, assignors string, incarnation int) *proc {
 		id := fmt.Sprintf("%s-m%d-%d", tag, slot, incarnation)
-		env := []string{
-			"COHORT_INTEROP_CLIENT=franz",
+		env := append([]string{
 			"BOOTSTRAP=" + srv.addr, "GROUP=" + group, "TOPIC=" + topic, "CLIENT_ID=" + id,
 			"PARTITIONS=" + strconv.Itoa(rollPartitions), "SESSION_MS=" + strconv.Itoa(int(session.Milliseconds())),
 			"ASSIGNOR=" + assignors, "REVOKE_MS=" + strconv.Itoa(revokeMs),
-		}
-		p := startProc(t, id, []string{self(t), "-test.run=^$"}, env)
+		}, cl.env...)
+		p := startProc(t, id, cl.argv(t), env)
 		all = append(all, p)
 		return p
 	}
