@@ -112,9 +112,16 @@ func BenchmarkJoin1000(b *testing.B) {
 // leader plan that moves every partition to the next member: the ownership
 // guard decodes every subscription and assignment and withholds all of them.
 func BenchmarkJoin1000Owned(b *testing.B) {
+	for _, guard := range []bool{true, false} {
+		b.Run(fmt.Sprintf("guard=%v", guard), func(b *testing.B) { benchJoinOwned(b, guard) })
+	}
+}
+
+func benchJoinOwned(b *testing.B, guard bool) {
 	const n = 1000
 	cfg := DefaultConfig()
 	cfg.InitialRebalanceDelay = 0
+	cfg.OwnershipGuard = guard
 	reqs := make([]*pb.JoinGroupRequest, n)
 	suffixes := make([]string, n)
 	handles := make([]ReplyTo, n)
@@ -153,7 +160,12 @@ func BenchmarkJoin1000Owned(b *testing.B) {
 		tok := fx.Persists[0].Token
 		fx.Reset()
 		g.OnPersisted(t0, tok, nil, &fx)
-		if g.State() != Stable || g.GuardStats().Withheld != n {
+		if want := uint64(0); guard {
+			want = n
+			if g.State() != Stable || g.GuardStats().Withheld != want {
+				b.Fatalf("state %v, %+v", g.State(), g.GuardStats())
+			}
+		} else if g.State() != Stable || g.GuardStats().Withheld != 0 {
 			b.Fatalf("state %v, %+v", g.State(), g.GuardStats())
 		}
 	}
