@@ -77,6 +77,33 @@
 // withheld, and cannot hand out a partition on the strength of a heartbeat
 // the new coordinator cannot place.
 //
+// Mixed-assignor groups (mixed.go; Config.MixedAssignors, off by default).
+// Kafka admits a member only if one of its assignors is listed by every
+// member, so a single rolling bounce from [range] to [cooperative-sticky] (or
+// back) refuses each restarted member with INCONSISTENT_GROUP_PROTOCOL until
+// the last old member is gone, and the group shrinks to one member. With the
+// option, a "consumer" group in which every member lists only built-in
+// assignors (range, roundrobin, sticky, cooperative-sticky) admits such a
+// member. While no assignor is common to all members:
+//
+//   - the group's protocol is the leader's first choice, but every member is
+//     told (in JoinGroup and SyncGroup) its own first choice unless it lists
+//     the group's, so eager clients stay eager and cooperative ones
+//     cooperative; SyncGroup v5 must name what the member was told;
+//   - the client named leader is sent only itself as member list, and its
+//     plan is ignored: at the first SyncGroup of the generation the
+//     coordinator assigns the group itself, cooperative-sticky over every
+//     member's subscription and owned partitions (the union over its
+//     protocols), with partition counts from the topic catalog
+//     (Config.TopicPartitions). A partition an owner keeps listing is never
+//     moved in one round (cooperative-sticky leaves it out), eager members
+//     revoked before joining, and the ownership guard applies as to any plan;
+//   - once every member lists a common assignor again, the group is an
+//     ordinary group and its leader assigns.
+//
+// A restored mixed group keeps the member subscriptions under the names they
+// were told; its members' next JoinGroup brings their full lists back.
+//
 // Deterministic choices where Kafka leaves order to a hash map:
 //   - members are kept in join order; when the leader leaves, the oldest
 //     remaining member becomes leader; at join completion a leader that did not
