@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Rolling assignor changes with six unmodified kgo consumers, restarted one
@@ -58,6 +59,7 @@ func TestFranzGoRollingAssignorChanges(t *testing.T) {
 		t.Skip("interop tests run without -short")
 	}
 	srv := startCohort(t)
+	wantFeature(t, srv, true)
 	for _, plan := range rollPlans {
 		for i := range rollRepeat() {
 			t.Run(fmt.Sprintf("%s/%d", plan.name, i), func(t *testing.T) {
@@ -144,6 +146,7 @@ func TestFranzGoRollingDowngradeWithoutGuardOverlaps(t *testing.T) {
 		t.Skip("interop tests run without -short")
 	}
 	srv := startCohort(t, "--group-ownership-guard=false")
+	wantFeature(t, srv, false)
 	for i := range rollRepeat() {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {
 			r := runRoll(t, srv, rollPlans[2], fmt.Sprintf("noguard-%d", i), franzRoll())
@@ -333,4 +336,27 @@ func waitSettled(t *testing.T, cl *kgo.Client, group, topic string, clients []*p
 	}
 	t.Fatalf("group %s not settled within %v: %s", group, timeout, why)
 	return 0
+}
+
+// wantFeature checks what ApiVersions v3 tells a real client about the
+// ownership guard.
+func wantFeature(t *testing.T, srv *server, on bool) {
+	t.Helper()
+	cl := adminClient(t, srv.addr)
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.SetVersion(3)
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "interop", "1"
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range resp.SupportedFeatures {
+		if f.Name == "cohort.exclusive-ownership" && f.MinVersion == 1 && f.MaxVersion == 1 {
+			found = true
+		}
+	}
+	if found != on {
+		t.Fatalf("feature cohort.exclusive-ownership advertised: %v, want %v (%+v)", found, on, resp.SupportedFeatures)
+	}
 }
