@@ -1,9 +1,7 @@
 package coordinator
 
 import (
-	"cmp"
-	"fmt"
-	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,10 +47,7 @@ func (g *Group) guardActive() bool {
 // and a stale claim must not withhold a partition forever.
 func ownedClaims(d *assignor.Decoder, m *member) map[topicPartition]struct{} {
 	var out map[topicPartition]struct{}
-	var last map[topicPartition]struct{}
-	if m.answered != nil {
-		last = decodeAssigned(d, m.answered)
-	}
+	var last map[topicPartition]struct{} // decoded when the first claim is seen
 	var s assignor.Subscription
 	for _, p := range m.protocols {
 		md := p.GetMetadata()
@@ -64,6 +59,9 @@ func ownedClaims(d *assignor.Decoder, m *member) map[topicPartition]struct{} {
 			continue
 		}
 		for _, tp := range s.OwnedPartitions {
+			if last == nil && m.answered != nil && len(tp.Partitions) > 0 {
+				last = decodeAssigned(d, m.answered)
+			}
 			for _, p := range tp.Partitions {
 				k := topicPartition{tp.Topic, p}
 				if last != nil {
@@ -137,6 +135,9 @@ func (g *Group) guardAssignments(byMember map[string][]byte, fx *Effects) (withh
 		}
 		plan[m.id] = gv
 	}
+	// The event names at most maxGuardNotes partitions, so that a large
+	// group does not log one huge line.
+	const maxGuardNotes = 16
 	var notes []string
 	for _, b := range g.order {
 		gv := plan[b.id]
@@ -144,7 +145,7 @@ func (g *Group) guardAssignments(byMember map[string][]byte, fx *Effects) (withh
 			continue
 		}
 		var kept []assignor.TopicPartitions
-		var held []string
+		held := 0
 		for _, tp := range gv.a.Topics {
 			keep := make([]int32, 0, len(tp.Partitions))
 			for _, p := range tp.Partitions {
@@ -160,9 +161,15 @@ func (g *Group) guardAssignments(byMember map[string][]byte, fx *Effects) (withh
 					continue
 				}
 				withheld++
-				var who []string
+				held++
+				if len(notes) < maxGuardNotes {
+					who := make([]string, len(blocking))
+					for i, a := range blocking {
+						who[i] = a.id
+					}
+					notes = append(notes, b.id+" not given "+tp.Topic+"-"+strconv.Itoa(int(p))+" (owned by "+strings.Join(who, ",")+")")
+				}
 				for _, a := range blocking {
-					who = append(who, a.id)
 					if _, keeps := plan[a.id].parts[k]; keeps {
 						// The leader gave it to its owner too: the owner
 						// keeps it and nobody is waited for.
@@ -173,18 +180,16 @@ func (g *Group) guardAssignments(byMember map[string][]byte, fx *Effects) (withh
 						g.guard.blockers++
 					}
 				}
-				held = append(held, fmt.Sprintf("%s-%d (owned by %s)", tp.Topic, p, strings.Join(who, ",")))
 			}
 			if len(keep) > 0 {
 				kept = append(kept, assignor.TopicPartitions{Topic: tp.Topic, Partitions: keep})
 			}
 		}
-		if len(held) == 0 {
+		if held == 0 {
 			continue
 		}
 		out := assignor.Assignment{Version: gv.a.Version, Topics: kept, UserData: gv.a.UserData}
 		byMember[b.id] = out.AppendTo(nil)
-		notes = append(notes, b.id+": "+strings.Join(held, " "))
 	}
 	if withheld == 0 {
 		return 0
@@ -193,8 +198,11 @@ func (g *Group) guardAssignments(byMember map[string][]byte, fx *Effects) (withh
 		g.guard.gen = g.generation
 	}
 	g.guardStats.Withheld += uint64(withheld)
-	slices.SortFunc(notes, cmp.Compare)
-	fx.event(Event{Kind: EventWithheld, Generation: g.generation, Count: withheld, Detail: strings.Join(notes, "; ")})
+	detail := strings.Join(notes, "; ")
+	if withheld > len(notes) {
+		detail += "; and " + strconv.Itoa(withheld-len(notes)) + " more"
+	}
+	fx.event(Event{Kind: EventWithheld, Generation: g.generation, Count: withheld, Detail: detail})
 	return withheld
 }
 

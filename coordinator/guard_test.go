@@ -505,3 +505,22 @@ func TestGuardFailoverAfterRelease(t *testing.T) {
 		t.Fatal("still pending")
 	}
 }
+
+// The withholding event names at most 16 partitions and counts the rest.
+func TestGuardEventDetailBounded(t *testing.T) {
+	h := guardHarness(t)
+	all := make([]int32, 20)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	a := &gmember{client: "a", protos: kgoProtocols(nil, "cooperative-sticky", "range")}
+	h.round("consumer", []*gmember{a}, map[string][]int32{"a": all})
+	a.protos = kgoProtocols(all, "cooperative-sticky", "range")
+	c := &gmember{client: "c", protos: kgoProtocols(nil, "range")}
+	got := h.round("consumer", []*gmember{a, c}, map[string][]int32{"a": nil, "c": all})
+	wantParts(t, "c", got["c"], nil)
+	ev := h.events[len(h.events)-1]
+	if ev.Kind != EventWithheld || ev.Count != 20 || strings.Count(ev.Detail, "not given") != 16 || !strings.HasSuffix(ev.Detail, "and 4 more") {
+		t.Fatalf("event %+v", ev)
+	}
+}
