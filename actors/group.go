@@ -219,6 +219,9 @@ func (a *groupActor) execute(ctx actor.Context) {
 		for _, op := range fx.Timers {
 			a.setTimer(op)
 		}
+		for _, ev := range fx.Events {
+			a.onEvent(ev)
+		}
 		var persists []coordinator.Persist
 		if len(fx.Persists) > 0 {
 			persists = append(persists, fx.Persists...)
@@ -321,4 +324,18 @@ func (a *groupActor) onGone(ctx actor.Context) {
 	a.env.log.Debug("group gone", slog.String("group", a.id))
 	a.behavior.Become(a.dead)
 	ctx.Send(ctx.Parent(), &groupGone{id: a.id, pid: ctx.Self()})
+}
+
+// onEvent logs a decision of the machine and counts it.
+func (a *groupActor) onEvent(ev coordinator.Event) {
+	switch ev.Kind {
+	case coordinator.EventWithheld:
+		a.env.guard.withheld.Add(uint64(ev.Count))
+		a.env.log.Info("ownership guard withheld partitions still owned by other members",
+			slog.String("group", a.id), slog.Int("generation", int(ev.Generation)), slog.Int("partitions", ev.Count), slog.String("withheld", ev.Detail))
+	case coordinator.EventFollowUp:
+		a.env.guard.followUps.Add(1)
+		a.env.log.Info("ownership guard starts a follow-up rebalance to hand withheld partitions over",
+			slog.String("group", a.id), slog.Int("generation", int(ev.Generation)), slog.String("reason", ev.Detail))
+	}
 }

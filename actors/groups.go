@@ -34,6 +34,12 @@ type env struct {
 	// loading is how many stored groups are still loading (the router's
 	// count, readable from any goroutine).
 	loading atomic.Int64
+	guard   guardCounters
+}
+
+// guardCounters sum the ownership guard's decisions over every group.
+type guardCounters struct {
+	withheld, followUps atomic.Uint64
 }
 
 // call is a local request: the answer goes to reply (capacity 1).
@@ -100,7 +106,13 @@ func (r *groupsActor) fenced(ctx actor.Context) {
 	case *stopGone:
 		ctx.Stop(m.pid)
 	case *call:
+		if _, ok := m.req.(*pb.CoordinatorFeaturesRequest); ok {
+			deliver(ctx, m.reply, coordinator.Features(&r.env.cfg))
+			return
+		}
 		deliver(ctx, m.reply, coordinator.NotCoordinator(m.req, coordinator.ErrNotCoordinator))
+	case *pb.CoordinatorFeaturesRequest:
+		deliver(ctx, ctx.Sender(), coordinator.Features(&r.env.cfg))
 	case *pb.ListGroupsRequest, groupRequest:
 		deliver(ctx, ctx.Sender(), coordinator.NotCoordinator(m.(proto.Message), coordinator.ErrNotCoordinator))
 	}
@@ -124,7 +136,7 @@ func (r *groupsActor) serving(ctx actor.Context) {
 		r.stopping = true
 	case *call:
 		r.onRequest(ctx, m.req, m.reply)
-	case *pb.ListGroupsRequest, groupRequest:
+	case *pb.ListGroupsRequest, *pb.CoordinatorFeaturesRequest, groupRequest:
 		r.onRequest(ctx, m.(proto.Message), ctx.Sender())
 	case *stopGone:
 		ctx.Stop(m.pid)
@@ -159,6 +171,8 @@ func (r *groupsActor) onRequest(ctx actor.Context, req proto.Message, to coordin
 			return
 		}
 		deliver(ctx, to, r.listGroups(m))
+	case *pb.CoordinatorFeaturesRequest:
+		deliver(ctx, to, coordinator.Features(&r.env.cfg))
 	case groupRequest:
 		r.route(ctx, m, to)
 	}

@@ -141,6 +141,12 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	return svc, nil
 }
 
+// GuardStats returns the ownership guard's counters summed over every group
+// this service coordinated since it started.
+func (s *Service) GuardStats() coordinator.GuardStats {
+	return coordinator.GuardStats{Withheld: s.env.guard.withheld.Load(), FollowUps: s.env.guard.followUps.Load()}
+}
+
 // Router returns the PID of the groups actor.
 func (c *Client) Router() *actor.PID { return c.router }
 

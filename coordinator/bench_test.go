@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohort-coord/cohort/assignor"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -102,6 +103,77 @@ func BenchmarkJoin1000(b *testing.B) {
 		g.OnPersisted(t0, tok, nil, &fx)
 		if g.State() != Stable || g.NumMembers() != n {
 			b.Fatalf("state %v with %d members", g.State(), g.NumMembers())
+		}
+	}
+}
+
+// BenchmarkJoin1000Owned is BenchmarkJoin1000 with version 3 subscriptions
+// and a leader plan that moves every partition to the next member. With
+// owned=true every member lists one owned partition (cooperative): the
+// ownership guard decodes every subscription and assignment and withholds
+// all of them. With owned=false the members list nothing (eager, as kgo's
+// range members do): the guard only decodes the subscriptions.
+func BenchmarkJoin1000Owned(b *testing.B) {
+	for _, owned := range []bool{true, false} {
+		for _, guard := range []bool{true, false} {
+			b.Run(fmt.Sprintf("owned=%v/guard=%v", owned, guard), func(b *testing.B) { benchJoinOwned(b, guard, owned) })
+		}
+	}
+}
+
+func benchJoinOwned(b *testing.B, guard, owned bool) {
+	const n = 1000
+	cfg := DefaultConfig()
+	cfg.InitialRebalanceDelay = 0
+	cfg.OwnershipGuard = guard
+	reqs := make([]*pb.JoinGroupRequest, n)
+	suffixes := make([]string, n)
+	handles := make([]ReplyTo, n)
+	for i := range n {
+		var tps []assignor.TopicPartitions
+		if owned {
+			tps = []assignor.TopicPartitions{{Topic: "orders", Partitions: []int32{int32(i)}}}
+		}
+		sub := assignor.NewSubscription([]string{"orders"}, tps, 1, "", nil)
+		reqs[i] = &pb.JoinGroupRequest{GroupId: "g", ApiVersion: 3, ClientId: "consumer", SessionTimeoutMs: 45_000, RebalanceTimeoutMs: 300_000,
+			ProtocolType: "consumer", Protocols: []*pb.Protocol{{Name: "cooperative-sticky", Metadata: sub.AppendTo(nil)}}}
+		suffixes[i] = fmt.Sprintf("%08d", i)
+		handles[i] = i
+	}
+	assignments := make([]*pb.SyncGroupAssignment, n)
+	for i := range n {
+		a := assignor.Assignment{Version: 3, Topics: []assignor.TopicPartitions{{Topic: "orders", Partitions: []int32{int32((i + 1) % n)}}}}
+		assignments[i] = &pb.SyncGroupAssignment{MemberId: "consumer-" + suffixes[i], Assignment: a.AppendTo(nil)}
+	}
+	sync := &pb.SyncGroupRequest{GroupId: "g", GenerationId: 1, MemberId: "consumer-" + suffixes[0], Assignments: assignments}
+	var fx Effects
+	b.ReportAllocs()
+	for b.Loop() {
+		g := New("g", &cfg, t0)
+		fx.Reset()
+		g.Start(t0, &fx)
+		for i := range n {
+			fx.Reset()
+			g.Join(t0, reqs[i], suffixes[i], handles[i], &fx)
+		}
+		for g.State() == PreparingRebalance {
+			fx.Reset()
+			g.OnTimer(t0, TimerKey{Kind: TimerJoin}, &fx)
+		}
+		reserve := fx.Persists[0].Token
+		fx.Reset()
+		g.OnPersisted(t0, reserve, nil, &fx)
+		fx.Reset()
+		g.Sync(t0, sync, -1, &fx)
+		tok := fx.Persists[0].Token
+		fx.Reset()
+		g.OnPersisted(t0, tok, nil, &fx)
+		want := uint64(0)
+		if guard && owned {
+			want = n
+		}
+		if g.State() != Stable || g.GuardStats().Withheld != want {
+			b.Fatalf("state %v, %+v", g.State(), g.GuardStats())
 		}
 	}
 }

@@ -26,6 +26,15 @@ type Config struct {
 	// topic); the takeover window uses it to see that a generation's
 	// assignments still cover every partition. Nil skips that check.
 	Partitions func(topic string) (int32, bool)
+	// OwnershipGuard: SyncGroup answers of "consumer" groups never give a
+	// member a partition another member still owns (see the package doc).
+	// DefaultConfig turns it on; a zero Config has it off.
+	OwnershipGuard bool
+	// MixedAssignors admits into a "consumer" group whose members list only
+	// built-in assignors a member whose list shares nothing with the group;
+	// while no assignor is common to all, the coordinator assigns the group
+	// itself (see the package doc). Off by default.
+	MixedAssignors bool
 }
 
 // DefaultConfig returns Kafka's defaults.
@@ -40,6 +49,7 @@ func DefaultConfig() Config {
 		OffsetsRetentionCheckInterval: 10 * time.Minute,
 		OffsetMetadataMaxBytes:        4096,
 		MaxRecordBytes:                1048588,
+		OwnershipGuard:                true,
 	}
 }
 

@@ -80,6 +80,39 @@ type Effects struct {
 	// Gone is set when the group is dead and all its writes are done: the
 	// owner may forget it.
 	Gone bool
+	// Events are things worth logging and counting (the ownership guard's
+	// decisions); they ask for no action.
+	Events []Event
+}
+
+// EventKind names an Event.
+type EventKind uint8
+
+const (
+	// EventWithheld: a SyncGroup round left partitions out of answers
+	// because other members still owned them (Count partitions).
+	EventWithheld EventKind = iota + 1
+	// EventFollowUp: the ownership guard started a rebalance to hand
+	// withheld partitions over.
+	EventFollowUp
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventWithheld:
+		return "withheld"
+	case EventFollowUp:
+		return "follow-up"
+	}
+	return "unknown"
+}
+
+// Event is one notable decision of the machine.
+type Event struct {
+	Kind       EventKind
+	Generation int32
+	Count      int
+	Detail     string
 }
 
 // Reset empties e, keeping its capacity.
@@ -90,6 +123,8 @@ func (e *Effects) Reset() {
 	clear(e.Persists)
 	e.Persists = e.Persists[:0]
 	e.Gone = false
+	clear(e.Events)
+	e.Events = e.Events[:0]
 }
 
 func (e *Effects) reply(to ReplyTo, msg proto.Message) {
@@ -106,3 +141,5 @@ func (e *Effects) arm(kind TimerKind, member string, after time.Duration) {
 func (e *Effects) cancel(kind TimerKind, member string) {
 	e.Timers = append(e.Timers, TimerOp{Key: TimerKey{Kind: kind, Member: member}, Cancel: true})
 }
+
+func (e *Effects) event(ev Event) { e.Events = append(e.Events, ev) }

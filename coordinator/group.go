@@ -51,6 +51,14 @@ type member struct {
 	joinVersion int32
 	syncReply   ReplyTo // parked SyncGroup, nil when not awaiting sync
 	isNew       bool
+
+	// Ownership guard (guard.go): the generation in which the member was
+	// sent its SyncGroup answer, the assignment it was answered (nil: none
+	// since it joined or the group was loaded) and the generation in which
+	// partitions withheld from others wait for its release (0: none).
+	syncedGen int32
+	answered  []byte
+	blocksGen int32
 }
 
 func (m *member) metadata(protocol string) []byte {
@@ -146,6 +154,12 @@ type Group struct {
 	nextToken uint64
 	inflight  map[uint64]persistOp
 	deleting  bool // a group deletion is being written
+
+	guard      guardState
+	guardStats GuardStats
+	// mixedGen is the generation the coordinator computed the assignment of
+	// (mixed-assignor groups, mixed.go).
+	mixedGen int32
 }
 
 // New returns an Empty group at generation 0.
@@ -352,6 +366,7 @@ func (g *Group) removeMember(m *member, fx *Effects) {
 	for _, p := range m.protocols {
 		g.decProto(p.GetName())
 	}
+	g.guardRemoved(m)
 	delete(g.members, m.id)
 	g.closeTakeover(m.id)
 	g.covered = nil
@@ -414,7 +429,7 @@ func (g *Group) supportsProtocols(protocolType string, protocols []*pb.Protocol)
 			return true
 		}
 	}
-	return false
+	return g.mixedAdmits(protocolType, protocols)
 }
 
 // selectProtocol runs the vote: each member votes for its first protocol that
@@ -442,6 +457,10 @@ func (g *Group) selectProtocol() string {
 		if v, ok := votes[p.GetName()]; ok && v > bestVotes {
 			best, bestVotes = p.GetName(), v
 		}
+	}
+	if best == "" {
+		// No protocol common to all: a mixed-assignor group (mixed.go).
+		best = g.mixedFallback(ranking)
 	}
 	return best
 }
@@ -472,7 +491,7 @@ func (g *Group) computeSubscribed() {
 	}
 	set := map[string]struct{}{}
 	for _, m := range g.order {
-		topics, ok := subscriptionTopics(m.metadata(*g.protocolName))
+		topics, ok := subscriptionTopics(g.memberMetadata(m))
 		if !ok {
 			return
 		}

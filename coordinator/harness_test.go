@@ -35,6 +35,7 @@ type harness struct {
 	lastGen int32
 	durable []*pb.Record // records of successful writes, in order
 	gone    bool         // the group reported Effects.Gone
+	events  []Event      // every event reported
 }
 
 func newHarness(t testing.TB, mutate ...func(*Config)) *harness {
@@ -65,6 +66,7 @@ func (h *harness) apply() {
 	for {
 		fx := h.fx
 		h.fx = Effects{}
+		h.events = append(h.events, fx.Events...)
 		for _, r := range fx.Replies {
 			id := r.To.(int)
 			h.replies[id] = append(h.replies[id], r.Msg)

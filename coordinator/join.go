@@ -32,6 +32,7 @@ func joinTimeouts(cfg *Config, req *pb.JoinGroupRequest) (session, rebalance tim
 // Join handles JoinGroup v0-v9. newID is a fresh unique suffix used when the
 // request needs a new member id (clientId-newID or instanceId-newID).
 func (g *Group) Join(now time.Time, req *pb.JoinGroupRequest, newID string, to ReplyTo, fx *Effects) {
+	g.guardOnJoin(now, req, fx)
 	memberID := req.GetMemberId()
 	if req.GetGroupId() == "" {
 		fx.reply(to, joinError(memberID, ErrInvalidGroupID))
@@ -155,7 +156,7 @@ func (g *Group) joinResponse(m *member, withMembers, skipAssignment bool) *pb.Jo
 	resp := &pb.JoinGroupResponse{
 		GenerationId:   g.generation,
 		ProtocolType:   g.protocolTypeOpt(),
-		ProtocolName:   cloneOpt(g.protocolName),
+		ProtocolName:   g.memberProtocolOpt(m),
 		Leader:         g.leader,
 		MemberId:       m.id,
 		SkipAssignment: skipAssignment,
@@ -175,6 +176,9 @@ func (g *Group) protocolTypeOpt() *string {
 }
 
 func (g *Group) currentMemberMetadata() []*pb.JoinGroupMember {
+	if g.isMixed() {
+		return g.mixedLeaderMembers()
+	}
 	name := g.protocolNameOr("")
 	out := make([]*pb.JoinGroupMember, 0, len(g.order))
 	for _, m := range g.order {

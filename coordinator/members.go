@@ -199,7 +199,7 @@ func (g *Group) Describe() *pb.DescribeGroupResponse {
 			Assignment:      []byte{},
 		}
 		if stable {
-			d.Metadata = m.metadata(g.protocolNameOr(""))
+			d.Metadata = g.memberMetadata(m)
 			d.Assignment = m.assignment
 		}
 		resp.Members = append(resp.Members, d)

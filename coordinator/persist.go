@@ -55,12 +55,14 @@ func (g *Group) groupRecord(now time.Time, assignments map[string][]byte) *pb.Re
 	if g.floor > g.generation {
 		rec.GenerationFloor = g.floor
 	}
+	// Withheld partitions wait for a follow-up rebalance: a coordinator
+	// that loads this record starts it at once (see the package doc).
+	rec.RebalancePending = g.guardPending()
 
 	if g.leader != "" {
 		l := g.leader
 		rec.Leader = &l
 	}
-	name := g.protocolNameOr("")
 	for _, m := range g.order {
 		a := m.assignment
 		if assignments != nil {
@@ -73,7 +75,7 @@ func (g *Group) groupRecord(now time.Time, assignments map[string][]byte) *pb.Re
 			ClientHost:         m.clientHost,
 			RebalanceTimeoutMs: durationMs(m.rebalanceTimeout),
 			SessionTimeoutMs:   durationMs(m.sessionTimeout),
-			Subscription:       m.metadata(name),
+			Subscription:       g.memberMetadata(m),
 			Assignment:         a,
 		})
 	}

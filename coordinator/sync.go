@@ -34,11 +34,11 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		fx.reply(to, syncError(ErrInconsistentGroupProto))
 		return
 	}
-	if req.ProtocolName != nil && (g.protocolName == nil || req.GetProtocolName() != *g.protocolName) {
+	m := g.members[req.GetMemberId()]
+	if req.ProtocolName != nil && (g.protocolName == nil || req.GetProtocolName() != g.memberProtocol(m)) {
 		fx.reply(to, syncError(ErrInconsistentGroupProto))
 		return
 	}
-	m := g.members[req.GetMemberId()]
 	switch g.state {
 	case PreparingRebalance:
 		fx.reply(to, syncError(ErrRebalanceInProgress))
@@ -48,7 +48,9 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		}
 		m.syncReply = to
 		g.removePendingSync(m.id, fx)
-		if m.id == g.leader {
+		if g.isMixed() {
+			g.mixedAssign(now, fx)
+		} else if m.id == g.leader {
 			g.storeAssignment(now, req.GetAssignments(), fx)
 		}
 	case Stable:
@@ -56,6 +58,7 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		g.closeTakeover(m.id)
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
 		fx.reply(to, g.syncResponse(m))
+		g.guardAnswered(m)
 	default: // Empty (unreachable: the member check fails first)
 		fx.reply(to, syncError(ErrUnknownMemberID))
 	}
@@ -66,7 +69,7 @@ func (g *Group) syncResponse(m *member) *pb.SyncGroupResponse {
 	if a == nil {
 		a = []byte{}
 	}
-	return &pb.SyncGroupResponse{ProtocolType: g.protocolTypeOpt(), ProtocolName: cloneOpt(g.protocolName), Assignment: a}
+	return &pb.SyncGroupResponse{ProtocolType: g.protocolTypeOpt(), ProtocolName: g.memberProtocolOpt(m), Assignment: a}
 }
 
 // storeAssignment writes the leader's assignment (entries for non-members are
@@ -85,6 +88,7 @@ func (g *Group) storeAssignment(now time.Time, assignments []*pb.SyncGroupAssign
 			byMember[m.id] = []byte{}
 		}
 	}
+	g.guardAssignments(byMember, fx)
 	rec := g.groupRecord(now, byMember)
 	op := &assignmentWrite{generation: g.generation, assignments: byMember}
 	if proto.Size(rec) > g.cfg.MaxRecordBytes {
@@ -121,6 +125,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 		m.assignment = w.assignments[m.id]
 		if m.syncReply != nil {
 			fx.reply(m.syncReply, g.syncResponse(m))
+			g.guardAnswered(m)
 			m.syncReply = nil
 			fx.arm(TimerMember, m.id, m.sessionTimeout)
 		}
@@ -179,6 +184,9 @@ func (g *Group) Heartbeat(now time.Time, req *pb.HeartbeatRequest, fx *Effects) 
 	case CompletingRebalance, Stable:
 		g.closeTakeover(m.id)
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
+		if g.guard.gen != 0 && g.guardRelease(now, m, fx) {
+			return ErrRebalanceInProgress
+		}
 		return ErrNone
 	default:
 		return ErrUnknownMemberID

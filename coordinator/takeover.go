@@ -109,7 +109,8 @@ func (g *Group) takeoverRejoin(now time.Time, m *member, req *pb.JoinGroupReques
 // Subscriptions that do not decode are sent as stored.
 func (g *Group) takeoverMemberMetadata() []*pb.JoinGroupMember {
 	out := g.currentMemberMetadata()
-	if g.protocolType != "consumer" {
+	if g.protocolType != "consumer" || g.isMixed() {
+		// A mixed group's named leader sees only itself (mixed.go).
 		return out
 	}
 	name := g.protocolNameOr("")
@@ -169,7 +170,7 @@ func (g *Group) refreshedSubscription(name string, m *member) ([]byte, bool) {
 // unchangedRejoin reports whether protocols say what m's stored metadata
 // says (see the window's rules above).
 func (g *Group) unchangedRejoin(m *member, protocols []*pb.Protocol) bool {
-	name := g.protocolNameOr("")
+	name := g.memberProtocol(m)
 	i := slices.IndexFunc(protocols, func(p *pb.Protocol) bool { return p.GetName() == name })
 	if i < 0 {
 		return false

@@ -70,5 +70,10 @@ func (l *Listener) apiVersions(version int16) kmsg.Response {
 		k.ApiKey, k.MinVersion, k.MaxVersion = v.key, v.min, v.max
 		resp.ApiKeys = append(resp.ApiKeys, k)
 	}
+	if l.cfg.ExclusiveOwnership && resp.GetVersion() >= 3 {
+		f := kmsg.NewApiVersionsResponseSupportedFeature()
+		f.Name, f.MinVersion, f.MaxVersion = FeatureExclusiveOwnership, 1, 1
+		resp.SupportedFeatures = append(resp.SupportedFeatures, f)
+	}
 	return resp
 }

@@ -317,3 +317,26 @@ func TestUnsupportedVersionAndAPI(t *testing.T) {
 		t.Fatal("connection unusable after UNSUPPORTED_VERSION")
 	}
 }
+
+// The ownership guard is advertised as a supported feature from ApiVersions
+// v3 on (the first version with the field), and only when it is on.
+func TestApiVersionsAdvertisesExclusiveOwnership(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		s := startServer(t, nil, func(c *Config) { c.ExclusiveOwnership = on })
+		c := dial(t, s.l.Addr())
+		for _, v := range []int16{0, 1, 2, 3} {
+			r := c.do(&kmsg.ApiVersionsRequest{Version: v, ClientSoftwareName: "t", ClientSoftwareVersion: "1"}).(*kmsg.ApiVersionsResponse)
+			var got []kmsg.ApiVersionsResponseSupportedFeature
+			for _, f := range r.SupportedFeatures {
+				got = append(got, kmsg.ApiVersionsResponseSupportedFeature{Name: f.Name, MinVersion: f.MinVersion, MaxVersion: f.MaxVersion})
+			}
+			var want []kmsg.ApiVersionsResponseSupportedFeature
+			if on && v >= 3 {
+				want = []kmsg.ApiVersionsResponseSupportedFeature{{Name: "cohort.exclusive-ownership", MinVersion: 1, MaxVersion: 1}}
+			}
+			if r.ErrorCode != 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("guard %v, v%d: error %d, features %+v, want %+v", on, v, r.ErrorCode, got, want)
+			}
+		}
+	}
+}

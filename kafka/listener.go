@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/coordinator"
 )
 
 // Groups executes one native group request (grouppb.*Request) and returns the
@@ -103,6 +104,10 @@ type Config struct {
 	// Metrics, when set, receives the listener's Prometheus series
 	// (requests by API and error code, their latency, connections).
 	Metrics prometheus.Registerer
+	// ExclusiveOwnership advertises, in ApiVersions v3+ supported features,
+	// that the coordinator enforces exclusive partition ownership in consumer
+	// groups (FeatureExclusiveOwnership): the group ownership guard is on.
+	ExclusiveOwnership bool
 }
 
 // MetadataCatchUpWait bounds how long a Metadata request on a node that
@@ -114,6 +119,11 @@ type Config struct {
 // failed, up to 10.24 s: after an outage of a few seconds that took 1-4 s
 // here. Every Kafka client waits longer than this for an answer.
 const MetadataCatchUpWait = 11 * time.Second
+
+// FeatureExclusiveOwnership is the ApiVersions supported feature (version 1)
+// a coordinator with the ownership guard advertises: no SyncGroup answer
+// gives a member a partition another member has not released yet.
+const FeatureExclusiveOwnership = coordinator.FeatureExclusiveOwnership
 
 // DefaultConfig returns the defaults: 127.0.0.1:9092, 100 MiB requests,
 // auto-created topics with 1 partition.

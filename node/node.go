@@ -242,6 +242,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if !cfg.MetricsOff {
 		kcfg.Metrics = n.registry
 	}
+	kcfg.ExclusiveOwnership = cfg.Group.OwnershipGuard
 	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
 		return nil, err

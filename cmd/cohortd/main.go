@@ -79,6 +79,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.DurationVar(&g.InitialRebalanceDelay, "group-initial-rebalance-delay", g.InitialRebalanceDelay, "wait for more members before the first rebalance of an empty group (group.initial.rebalance.delay.ms)")
 	fs.IntVar(&g.MaxSize, "group-max-size", g.MaxSize, "most members a group may have, 0 for no limit (group.max.size)")
 	fs.DurationVar(&g.NewMemberJoinTimeout, "group-new-member-join-timeout", g.NewMemberJoinTimeout, "how long a new member may wait in its first join phase")
+	fs.BoolVar(&g.OwnershipGuard, "group-ownership-guard", g.OwnershipGuard, "never give a consumer-group member a partition another member has not released yet: withhold it and hand it over in a follow-up rebalance")
+	fs.BoolVar(&g.MixedAssignors, "group-mixed-assignors", g.MixedAssignors, "admit into a consumer group of built-in assignors a member whose assignor list shares none with the group; the coordinator then assigns the group itself (single-bounce assignor changes)")
 	fs.DurationVar(&g.OffsetsRetention, "offsets-retention", g.OffsetsRetention, "how long committed offsets of an empty group are kept (offsets.retention.minutes)")
 	takeover := !g.DisableTakeoverWindow
 	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")

@@ -98,3 +98,35 @@ func TestHTTPAddr(t *testing.T) {
 		t.Errorf("bad http addr: %v", err)
 	}
 }
+
+func TestOwnershipGuardFlag(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  map[string]string
+		on   bool
+	}{
+		{nil, nil, true},
+		{[]string{"--group-ownership-guard=false"}, nil, false},
+		{nil, map[string]string{"COHORT_GROUP_OWNERSHIP_GUARD": "false"}, false},
+		{[]string{"--group-ownership-guard"}, map[string]string{"COHORT_GROUP_OWNERSHIP_GUARD": "false"}, true},
+	}
+	if cfg, _, err := parseConfig(nil, env(nil), &bytes.Buffer{}); err != nil || cfg.Group.MixedAssignors {
+		t.Fatalf("mixed assignors on by default (%v)", err)
+	}
+	if cfg, _, err := parseConfig(nil, env(map[string]string{"COHORT_GROUP_MIXED_ASSIGNORS": "true"}), &bytes.Buffer{}); err != nil || !cfg.Group.MixedAssignors {
+		t.Fatalf("COHORT_GROUP_MIXED_ASSIGNORS=true not applied (%v)", err)
+	}
+	for _, c := range cases {
+		cfg, _, err := parseConfig(c.args, env(c.env), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v %v: %v", c.args, c.env, err)
+		}
+		if cfg.Group.OwnershipGuard != c.on {
+			t.Errorf("%v %v: guard %v, want %v", c.args, c.env, cfg.Group.OwnershipGuard, c.on)
+		}
+	}
+	var out bytes.Buffer
+	if code := run(nil, env(map[string]string{"COHORT_GROUP_OWNERSHIP_GUARD": "maybe"}), &out); code != 2 || !strings.Contains(out.String(), "COHORT_GROUP_OWNERSHIP_GUARD") {
+		t.Errorf("invalid value: exit %d, %q", code, out.String())
+	}
+}

@@ -82,6 +82,21 @@ func sortedKeys(m map[int32]bool) []int32 {
 	return out
 }
 
+// rejectLogger reports every JoinGroup refused with
+// INCONSISTENT_GROUP_PROTOCOL (kgo logs it and retries).
+type rejectLogger struct{}
+
+func (rejectLogger) Level() kgo.LogLevel { return kgo.LogLevelInfo }
+
+func (rejectLogger) Log(_ kgo.LogLevel, msg string, keyvals ...any) {
+	for _, v := range keyvals {
+		if err, ok := v.(error); ok && strings.Contains(err.Error(), "INCONSISTENT_GROUP_PROTOCOL") {
+			emit(map[string]any{"rejected": msg})
+			return
+		}
+	}
+}
+
 func runFranz() int {
 	e := readClientEnv()
 	var (
@@ -93,9 +108,26 @@ func runFranz() int {
 		member, gen := cl.GroupMetadata()
 		emit(map[string]any{"owned": sortedKeys(owned), "gen": gen, "member": member, "event": event})
 	}
-	balancer := kgo.RangeBalancer()
-	if e.assignor == "cooperative-sticky" {
-		balancer = kgo.CooperativeStickyBalancer()
+	// ASSIGNOR is a comma-separated list in preference order.
+	var balancers []kgo.GroupBalancer
+	for _, name := range strings.Split(e.assignor, ",") {
+		switch strings.TrimSpace(name) {
+		case "cooperative-sticky":
+			balancers = append(balancers, kgo.CooperativeStickyBalancer())
+		case "sticky":
+			balancers = append(balancers, kgo.StickyBalancer())
+		case "roundrobin":
+			balancers = append(balancers, kgo.RoundRobinBalancer())
+		default:
+			balancers = append(balancers, kgo.RangeBalancer())
+		}
+	}
+	// Ownership events, timestamped: an assignment starts when its callback
+	// is called, a revocation ends when its callback returns. REVOKE_MS
+	// makes revocations take that long (finishing work, committing).
+	revokeMs, _ := strconv.Atoi(os.Getenv("REVOKE_MS"))
+	event := func(kind string, ps []int32, t time.Time) {
+		emit(map[string]any{"ev": kind, "parts": ps, "t": t.UnixNano()})
 	}
 	var err error
 	cl, err = kgo.NewClient(
@@ -103,26 +135,33 @@ func runFranz() int {
 		kgo.ClientID(e.clientID),
 		kgo.ConsumerGroup(e.group),
 		kgo.ConsumeTopics(e.topic),
-		kgo.Balancers(balancer),
+		kgo.Balancers(balancers...),
+		kgo.WithLogger(rejectLogger{}),
 		kgo.SessionTimeout(e.session),
 		kgo.RebalanceTimeout(10*time.Second),
 		kgo.HeartbeatInterval(500*time.Millisecond),
 		kgo.DisableAutoCommit(),
 		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.OnPartitionsAssigned(func(_ context.Context, c *kgo.Client, m map[string][]int32) {
+			start := time.Now()
 			mu.Lock()
 			defer mu.Unlock()
+			event("assigned", m[e.topic], start)
 			for _, p := range m[e.topic] {
 				owned[p] = true
 			}
 			report(c, "assigned")
 		}),
 		kgo.OnPartitionsRevoked(func(_ context.Context, c *kgo.Client, m map[string][]int32) {
+			if len(m[e.topic]) > 0 {
+				time.Sleep(time.Duration(revokeMs) * time.Millisecond)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			for _, p := range m[e.topic] {
 				delete(owned, p)
 			}
+			event("revoked", m[e.topic], time.Now())
 			report(c, "revoked")
 		}),
 		kgo.OnPartitionsLost(func(_ context.Context, c *kgo.Client, m map[string][]int32) {
@@ -131,6 +170,7 @@ func runFranz() int {
 			for _, p := range m[e.topic] {
 				delete(owned, p)
 			}
+			event("lost", m[e.topic], time.Now())
 			report(c, "lost")
 		}),
 	)

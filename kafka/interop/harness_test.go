@@ -104,6 +104,9 @@ type server struct {
 	addr  string
 	mu    sync.Mutex
 	joins map[string][]int // client id -> JoinGroup versions seen
+	// Ownership guard decisions logged: rounds that withheld partitions and
+	// follow-up rebalances.
+	withheldRounds, followUps int
 }
 
 var (
@@ -125,6 +128,16 @@ func (s *server) scanLog(r io.Reader, addrCh chan<- string, t *testing.T) {
 			v, _ := strconv.Atoi(m[1])
 			s.mu.Lock()
 			s.joins[m[2]] = append(s.joins[m[2]], v)
+			s.mu.Unlock()
+		}
+		if strings.Contains(line, "ownership guard withheld") {
+			s.mu.Lock()
+			s.withheldRounds++
+			s.mu.Unlock()
+		}
+		if strings.Contains(line, "ownership guard starts a follow-up") {
+			s.mu.Lock()
+			s.followUps++
 			s.mu.Unlock()
 		}
 		if strings.Contains(line, "level=ERROR") || strings.Contains(line, "level=WARN") {
@@ -152,11 +165,11 @@ func (s *server) joinVersions(prefix string) []int {
 	return out
 }
 
-func startCohort(t *testing.T) *server {
+func startCohort(t *testing.T, extra ...string) *server {
 	t.Helper()
 	bin := buildCohortd(t)
 	s := &server{joins: map[string][]int{}}
-	cmd := exec.Command(bin,
+	args := append([]string{
 		"--kafka-addr", "127.0.0.1:0",
 		"--remote-addr", "127.0.0.1:0",
 		"--raft-addr", "127.0.0.1:0",
@@ -165,7 +178,8 @@ func startCohort(t *testing.T) *server {
 		"--group-initial-rebalance-delay", "0s",
 		"--group-min-session-timeout", "1s",
 		"--log-level", "debug",
-	)
+	}, extra...)
+	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -317,6 +331,18 @@ type proc struct {
 	member  string
 	reports int
 	stderr  bytes.Buffer
+	events  []ownEvent // timestamped ownership changes, from clients that report them
+	// rejected counts JoinGroups refused with INCONSISTENT_GROUP_PROTOCOL
+	// (as the client logged them).
+	rejected int
+}
+
+// ownEvent is an ownership change a client reported from its callbacks.
+type ownEvent struct {
+	client string
+	kind   string // assigned, revoked, lost
+	parts  []int32
+	at     int64 // unix nanoseconds
 }
 
 func startProc(t *testing.T, name string, argv []string, env []string) *proc {
@@ -347,6 +373,23 @@ func startProc(t *testing.T, name string, argv []string, env []string) *proc {
 				continue
 			}
 			switch {
+			case m["rejected"] != nil:
+				p.mu.Lock()
+				p.rejected++
+				p.mu.Unlock()
+			case m["ev"] != nil:
+				ev := ownEvent{client: name, kind: m["ev"].(string)}
+				if ps, ok := m["parts"].([]any); ok {
+					for _, v := range ps {
+						ev.parts = append(ev.parts, int32(v.(float64)))
+					}
+				}
+				if t, ok := m["t"].(float64); ok {
+					ev.at = int64(t)
+				}
+				p.mu.Lock()
+				p.events = append(p.events, ev)
+				p.mu.Unlock()
 			case m["owned"] != nil:
 				var owned []int32
 				for _, v := range m["owned"].([]any) {

@@ -6,13 +6,16 @@ import os
 import queue
 import sys
 import threading
+import time
 
-from confluent_kafka import Consumer, TopicPartition, libversion, version
+from confluent_kafka import Consumer, KafkaError, TopicPartition, libversion, version
 
 env = os.environ
 topic = env["TOPIC"]
 parts = int(env["PARTITIONS"])
 cooperative = env.get("ASSIGNOR") == "cooperative-sticky"
+# Revocations take REVOKE_MS (a consumer finishing its work).
+revoke_s = int(env.get("REVOKE_MS", "0")) / 1000.0
 conf = {
     "bootstrap.servers": env["BOOTSTRAP"],
     "group.id": env["GROUP"],
@@ -24,6 +27,14 @@ conf = {
     "auto.offset.reset": "earliest",
     "partition.assignment.strategy": env.get("ASSIGNOR", "range"),
 }
+
+
+def on_error(err):
+    if err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+        emit(rejected=str(err))
+
+
+conf["error_cb"] = on_error
 if env.get("INSTANCE_ID"):
     conf["group.instance.id"] = env["INSTANCE_ID"]
 
@@ -45,8 +56,15 @@ def report(event):
     emit(owned=sorted(owned), gen=-1, member=member(), event=event)
 
 
+def event(kind, ps, t):
+    # Timestamped ownership changes: an assignment starts when its callback
+    # is called, a revocation ends when its callback returns.
+    emit(ev=kind, parts=sorted(p.partition for p in ps if p.topic == topic), t=t)
+
+
 def on_assign(c, ps):
     global owned
+    event("assigned", ps, time.time_ns())
     if cooperative:
         owned |= {p.partition for p in ps}
     else:
@@ -55,12 +73,16 @@ def on_assign(c, ps):
 
 
 def on_revoke(c, ps):
+    if ps and revoke_s > 0:
+        time.sleep(revoke_s)
     owned.difference_update(p.partition for p in ps)
+    event("revoked", ps, time.time_ns())
     report("revoke")
 
 
 def on_lost(c, ps):
     owned.difference_update(p.partition for p in ps)
+    event("lost", ps, time.time_ns())
     report("lost")
 
 
@@ -79,7 +101,9 @@ def read_stdin():
 threading.Thread(target=read_stdin, daemon=True).start()
 
 while True:
-    consumer.poll(0.1)
+    msg = consumer.poll(0.1)
+    if msg is not None and msg.error() and msg.error().code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+        emit(rejected=str(msg.error()))
     try:
         cmd = cmds.get_nowait()
     except queue.Empty:

@@ -2178,6 +2178,169 @@ func (x *DeleteGroupResponse) GetErrorCode() int32 {
 	return 0
 }
 
+// CoordinatorFeaturesRequest asks the coordinator which cohort extensions of
+// the group protocol it provides (answered by the groups actor itself, on any
+// node). The Kafka listener advertises the same features in ApiVersions v3+.
+type CoordinatorFeaturesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoordinatorFeaturesRequest) Reset() {
+	*x = CoordinatorFeaturesRequest{}
+	mi := &file_cohort_group_v1_api_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinatorFeaturesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinatorFeaturesRequest) ProtoMessage() {}
+
+func (x *CoordinatorFeaturesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_api_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinatorFeaturesRequest.ProtoReflect.Descriptor instead.
+func (*CoordinatorFeaturesRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_api_proto_rawDescGZIP(), []int{34}
+}
+
+type CoordinatorFeature struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	MinVersion    int32                  `protobuf:"varint,2,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	MaxVersion    int32                  `protobuf:"varint,3,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoordinatorFeature) Reset() {
+	*x = CoordinatorFeature{}
+	mi := &file_cohort_group_v1_api_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinatorFeature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinatorFeature) ProtoMessage() {}
+
+func (x *CoordinatorFeature) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_api_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinatorFeature.ProtoReflect.Descriptor instead.
+func (*CoordinatorFeature) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_api_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CoordinatorFeature) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CoordinatorFeature) GetMinVersion() int32 {
+	if x != nil {
+		return x.MinVersion
+	}
+	return 0
+}
+
+func (x *CoordinatorFeature) GetMaxVersion() int32 {
+	if x != nil {
+		return x.MaxVersion
+	}
+	return 0
+}
+
+type CoordinatorFeaturesResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Features  []*CoordinatorFeature  `protobuf:"bytes,2,rep,name=features,proto3" json:"features,omitempty"`
+	// The coordinator enforces exclusive partition ownership in groups of
+	// protocol type "consumer" (feature "cohort.exclusive-ownership"): no
+	// SyncGroup answer gives a member a partition another member has not
+	// released yet.
+	ExclusiveOwnership bool `protobuf:"varint,3,opt,name=exclusive_ownership,json=exclusiveOwnership,proto3" json:"exclusive_ownership,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *CoordinatorFeaturesResponse) Reset() {
+	*x = CoordinatorFeaturesResponse{}
+	mi := &file_cohort_group_v1_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoordinatorFeaturesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoordinatorFeaturesResponse) ProtoMessage() {}
+
+func (x *CoordinatorFeaturesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoordinatorFeaturesResponse.ProtoReflect.Descriptor instead.
+func (*CoordinatorFeaturesResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *CoordinatorFeaturesResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *CoordinatorFeaturesResponse) GetFeatures() []*CoordinatorFeature {
+	if x != nil {
+		return x.Features
+	}
+	return nil
+}
+
+func (x *CoordinatorFeaturesResponse) GetExclusiveOwnership() bool {
+	if x != nil {
+		return x.ExclusiveOwnership
+	}
+	return false
+}
+
 var File_cohort_group_v1_api_proto protoreflect.FileDescriptor
 
 const file_cohort_group_v1_api_proto_rawDesc = "" +
@@ -2381,7 +2544,19 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"\x13DeleteGroupResponse\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x02 \x01(\x05R\terrorCodeB>Z<github.com/cohort-coord/cohort/proto/cohort/group/v1;grouppbb\x06proto3"
+	"error_code\x18\x02 \x01(\x05R\terrorCode\"\x1c\n" +
+	"\x1aCoordinatorFeaturesRequest\"j\n" +
+	"\x12CoordinatorFeature\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vmin_version\x18\x02 \x01(\x05R\n" +
+	"minVersion\x12\x1f\n" +
+	"\vmax_version\x18\x03 \x01(\x05R\n" +
+	"maxVersion\"\xae\x01\n" +
+	"\x1bCoordinatorFeaturesResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12?\n" +
+	"\bfeatures\x18\x02 \x03(\v2#.cohort.group.v1.CoordinatorFeatureR\bfeatures\x12/\n" +
+	"\x13exclusive_ownership\x18\x03 \x01(\bR\x12exclusiveOwnershipB>Z<github.com/cohort-coord/cohort/proto/cohort/group/v1;grouppbb\x06proto3"
 
 var (
 	file_cohort_group_v1_api_proto_rawDescOnce sync.Once
@@ -2395,42 +2570,45 @@ func file_cohort_group_v1_api_proto_rawDescGZIP() []byte {
 	return file_cohort_group_v1_api_proto_rawDescData
 }
 
-var file_cohort_group_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_cohort_group_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_cohort_group_v1_api_proto_goTypes = []any{
-	(*Protocol)(nil),                 // 0: cohort.group.v1.Protocol
-	(*JoinGroupRequest)(nil),         // 1: cohort.group.v1.JoinGroupRequest
-	(*JoinGroupMember)(nil),          // 2: cohort.group.v1.JoinGroupMember
-	(*JoinGroupResponse)(nil),        // 3: cohort.group.v1.JoinGroupResponse
-	(*SyncGroupAssignment)(nil),      // 4: cohort.group.v1.SyncGroupAssignment
-	(*SyncGroupRequest)(nil),         // 5: cohort.group.v1.SyncGroupRequest
-	(*SyncGroupResponse)(nil),        // 6: cohort.group.v1.SyncGroupResponse
-	(*HeartbeatRequest)(nil),         // 7: cohort.group.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),        // 8: cohort.group.v1.HeartbeatResponse
-	(*MemberIdentity)(nil),           // 9: cohort.group.v1.MemberIdentity
-	(*LeaveGroupRequest)(nil),        // 10: cohort.group.v1.LeaveGroupRequest
-	(*LeaveGroupMemberResponse)(nil), // 11: cohort.group.v1.LeaveGroupMemberResponse
-	(*LeaveGroupResponse)(nil),       // 12: cohort.group.v1.LeaveGroupResponse
-	(*OffsetCommitPartition)(nil),    // 13: cohort.group.v1.OffsetCommitPartition
-	(*OffsetCommitTopic)(nil),        // 14: cohort.group.v1.OffsetCommitTopic
-	(*OffsetCommitRequest)(nil),      // 15: cohort.group.v1.OffsetCommitRequest
-	(*PartitionError)(nil),           // 16: cohort.group.v1.PartitionError
-	(*TopicPartitionErrors)(nil),     // 17: cohort.group.v1.TopicPartitionErrors
-	(*OffsetCommitResponse)(nil),     // 18: cohort.group.v1.OffsetCommitResponse
-	(*TopicPartitions)(nil),          // 19: cohort.group.v1.TopicPartitions
-	(*OffsetFetchRequest)(nil),       // 20: cohort.group.v1.OffsetFetchRequest
-	(*OffsetFetchPartition)(nil),     // 21: cohort.group.v1.OffsetFetchPartition
-	(*OffsetFetchTopic)(nil),         // 22: cohort.group.v1.OffsetFetchTopic
-	(*OffsetFetchResponse)(nil),      // 23: cohort.group.v1.OffsetFetchResponse
-	(*OffsetDeleteRequest)(nil),      // 24: cohort.group.v1.OffsetDeleteRequest
-	(*OffsetDeleteResponse)(nil),     // 25: cohort.group.v1.OffsetDeleteResponse
-	(*DescribeGroupRequest)(nil),     // 26: cohort.group.v1.DescribeGroupRequest
-	(*DescribedMember)(nil),          // 27: cohort.group.v1.DescribedMember
-	(*DescribeGroupResponse)(nil),    // 28: cohort.group.v1.DescribeGroupResponse
-	(*ListGroupsRequest)(nil),        // 29: cohort.group.v1.ListGroupsRequest
-	(*ListedGroup)(nil),              // 30: cohort.group.v1.ListedGroup
-	(*ListGroupsResponse)(nil),       // 31: cohort.group.v1.ListGroupsResponse
-	(*DeleteGroupRequest)(nil),       // 32: cohort.group.v1.DeleteGroupRequest
-	(*DeleteGroupResponse)(nil),      // 33: cohort.group.v1.DeleteGroupResponse
+	(*Protocol)(nil),                    // 0: cohort.group.v1.Protocol
+	(*JoinGroupRequest)(nil),            // 1: cohort.group.v1.JoinGroupRequest
+	(*JoinGroupMember)(nil),             // 2: cohort.group.v1.JoinGroupMember
+	(*JoinGroupResponse)(nil),           // 3: cohort.group.v1.JoinGroupResponse
+	(*SyncGroupAssignment)(nil),         // 4: cohort.group.v1.SyncGroupAssignment
+	(*SyncGroupRequest)(nil),            // 5: cohort.group.v1.SyncGroupRequest
+	(*SyncGroupResponse)(nil),           // 6: cohort.group.v1.SyncGroupResponse
+	(*HeartbeatRequest)(nil),            // 7: cohort.group.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 8: cohort.group.v1.HeartbeatResponse
+	(*MemberIdentity)(nil),              // 9: cohort.group.v1.MemberIdentity
+	(*LeaveGroupRequest)(nil),           // 10: cohort.group.v1.LeaveGroupRequest
+	(*LeaveGroupMemberResponse)(nil),    // 11: cohort.group.v1.LeaveGroupMemberResponse
+	(*LeaveGroupResponse)(nil),          // 12: cohort.group.v1.LeaveGroupResponse
+	(*OffsetCommitPartition)(nil),       // 13: cohort.group.v1.OffsetCommitPartition
+	(*OffsetCommitTopic)(nil),           // 14: cohort.group.v1.OffsetCommitTopic
+	(*OffsetCommitRequest)(nil),         // 15: cohort.group.v1.OffsetCommitRequest
+	(*PartitionError)(nil),              // 16: cohort.group.v1.PartitionError
+	(*TopicPartitionErrors)(nil),        // 17: cohort.group.v1.TopicPartitionErrors
+	(*OffsetCommitResponse)(nil),        // 18: cohort.group.v1.OffsetCommitResponse
+	(*TopicPartitions)(nil),             // 19: cohort.group.v1.TopicPartitions
+	(*OffsetFetchRequest)(nil),          // 20: cohort.group.v1.OffsetFetchRequest
+	(*OffsetFetchPartition)(nil),        // 21: cohort.group.v1.OffsetFetchPartition
+	(*OffsetFetchTopic)(nil),            // 22: cohort.group.v1.OffsetFetchTopic
+	(*OffsetFetchResponse)(nil),         // 23: cohort.group.v1.OffsetFetchResponse
+	(*OffsetDeleteRequest)(nil),         // 24: cohort.group.v1.OffsetDeleteRequest
+	(*OffsetDeleteResponse)(nil),        // 25: cohort.group.v1.OffsetDeleteResponse
+	(*DescribeGroupRequest)(nil),        // 26: cohort.group.v1.DescribeGroupRequest
+	(*DescribedMember)(nil),             // 27: cohort.group.v1.DescribedMember
+	(*DescribeGroupResponse)(nil),       // 28: cohort.group.v1.DescribeGroupResponse
+	(*ListGroupsRequest)(nil),           // 29: cohort.group.v1.ListGroupsRequest
+	(*ListedGroup)(nil),                 // 30: cohort.group.v1.ListedGroup
+	(*ListGroupsResponse)(nil),          // 31: cohort.group.v1.ListGroupsResponse
+	(*DeleteGroupRequest)(nil),          // 32: cohort.group.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),         // 33: cohort.group.v1.DeleteGroupResponse
+	(*CoordinatorFeaturesRequest)(nil),  // 34: cohort.group.v1.CoordinatorFeaturesRequest
+	(*CoordinatorFeature)(nil),          // 35: cohort.group.v1.CoordinatorFeature
+	(*CoordinatorFeaturesResponse)(nil), // 36: cohort.group.v1.CoordinatorFeaturesResponse
 }
 var file_cohort_group_v1_api_proto_depIdxs = []int32{
 	0,  // 0: cohort.group.v1.JoinGroupRequest.protocols:type_name -> cohort.group.v1.Protocol
@@ -2449,11 +2627,12 @@ var file_cohort_group_v1_api_proto_depIdxs = []int32{
 	17, // 13: cohort.group.v1.OffsetDeleteResponse.topics:type_name -> cohort.group.v1.TopicPartitionErrors
 	27, // 14: cohort.group.v1.DescribeGroupResponse.members:type_name -> cohort.group.v1.DescribedMember
 	30, // 15: cohort.group.v1.ListGroupsResponse.groups:type_name -> cohort.group.v1.ListedGroup
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	35, // 16: cohort.group.v1.CoordinatorFeaturesResponse.features:type_name -> cohort.group.v1.CoordinatorFeature
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_cohort_group_v1_api_proto_init() }
@@ -2478,7 +2657,7 @@ func file_cohort_group_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_group_v1_api_proto_rawDesc), len(file_cohort_group_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
