@@ -90,6 +90,9 @@ func TestMetricsAndReadiness(t *testing.T) {
 	wantAtLeast(t, m, 2, "cohort_group_rebalances_total", "cause=join")
 	wantAtLeast(t, m, 2, "cohort_group_rebalance_duration_seconds", "cause=join")
 	wantAtLeast(t, m, 12, "cohort_group_offset_commits_total")
+	// Range groups of members that own nothing: the guard withholds none.
+	wantValue(t, m, 0, "cohort_group_guard_withheld_partitions_total")
+	wantValue(t, m, 0, "cohort_group_guard_follow_up_rebalances_total")
 	wantValue(t, m, 2, "cohort_stored_groups")
 	wantValue(t, m, 12, "cohort_stored_offsets")
 	wantAtLeast(t, m, 6, "cohort_kafka_requests_total", "api=JoinGroup")

@@ -228,6 +228,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	n.registerGuardMetrics()
 	if _, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &adminActor{n: n} }), AdminName); err != nil {
 		return nil, fmt.Errorf("spawn %s actor: %w", AdminName, err)
 	}

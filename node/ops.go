@@ -87,6 +87,25 @@ func (n *Node) startMetrics() error {
 	return n.raft.RegisterMetrics(n.registry)
 }
 
+// registerGuardMetrics exports the ownership guard's counters (summed over
+// every group this node coordinated since it started).
+func (n *Node) registerGuardMetrics() {
+	if n.cfg.MetricsOff {
+		return
+	}
+	svc := n.service
+	n.registry.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cohort_group_guard_withheld_partitions_total",
+			Help: "Partitions the ownership guard left out of a SyncGroup answer because another member still owned them.",
+		}, func() float64 { return float64(svc.GuardStats().Withheld) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "cohort_group_guard_follow_up_rebalances_total",
+			Help: "Rebalances the ownership guard started to hand withheld partitions over once their owners released them.",
+		}, func() float64 { return float64(svc.GuardStats().FollowUps) }),
+	)
+}
+
 // startHTTP serves the operator listener when configured.
 func (n *Node) startHTTP() error {
 	if n.cfg.HTTPAddr == "" {
