@@ -171,42 +171,7 @@ func (g *clientGroup) describe(ctx context.Context) (describedGroup, error) {
 // owner, and every consumer's own view (its last callback) is one member's
 // assignment.
 func (g *clientGroup) settled(d describedGroup) string {
-	if d.state != "Stable" || len(d.members) != len(g.procs) {
-		return fmt.Sprintf("state %s with %d members", d.state, len(d.members))
-	}
-	owner := map[int32]string{}
-	for m, ps := range d.members {
-		for _, p := range ps {
-			if o, dup := owner[p]; dup {
-				return fmt.Sprintf("partition %d assigned to %s and %s", p, o, m)
-			}
-			owner[p] = m
-		}
-	}
-	if len(owner) != rcPartitions {
-		return fmt.Sprintf("%d of %d partitions assigned", len(owner), rcPartitions)
-	}
-	used := map[string]bool{}
-	for _, p := range g.procs {
-		r, ok := p.Last()
-		if !ok {
-			return p.Name + " has no assignment yet"
-		}
-		if r.Gen >= 0 && r.Gen != int64(d.gen) {
-			return fmt.Sprintf("%s at generation %d, group at %d", p.Name, r.Gen, d.gen)
-		}
-		found := false
-		for m, ps := range d.members {
-			if !used[m] && (r.Member == "" || r.Member == m) && slices.Equal(ps, r.Owned) {
-				used[m], found = true, true
-				break
-			}
-		}
-		if !found {
-			return fmt.Sprintf("%s owns %v (member %q), which no member is assigned: %v", p.Name, r.Owned, r.Member, d.members)
-		}
-	}
-	return ""
+	return clients.Settled(d.state, d.gen, d.members, rcPartitions, g.procs)
 }
 
 func (g *clientGroup) waitSettled(t *testing.T, timeout time.Duration) describedGroup {

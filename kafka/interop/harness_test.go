@@ -2,9 +2,7 @@ package interop
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohort-coord/cohort/kafka"
+	"github.com/cohort-coord/cohort/kafka/interop/clients"
 )
 
 const (
@@ -317,198 +316,59 @@ func fetchOffsets(t *testing.T, cl *kgo.Client, group, topic string) map[int32]i
 // ---------------------------------------------------------------------------
 // Client processes.
 
+// proc is one client process (kafka/interop/clients drives it) bound to
+// the test that started it: failures fail the test.
 type proc struct {
-	t       *testing.T
-	name    string
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	replies chan map[string]any
-	done    chan struct{}
-
-	mu      sync.Mutex
-	owned   []int32
-	gen     int64
-	member  string
-	reports int
-	stderr  bytes.Buffer
-	events  []ownEvent // timestamped ownership changes, from clients that report them
-	// rejected counts JoinGroups refused with INCONSISTENT_GROUP_PROTOCOL
-	// (as the client logged them).
-	rejected int
-}
-
-// ownEvent is an ownership change a client reported from its callbacks.
-type ownEvent struct {
-	client string
-	kind   string // assigned, revoked, lost
-	parts  []int32
-	at     int64 // unix nanoseconds
+	*clients.Proc
+	t    *testing.T
+	name string
 }
 
 func startProc(t *testing.T, name string, argv []string, env []string) *proc {
 	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	p := &proc{t: t, name: name, cmd: cmd, replies: make(chan map[string]any, 16), done: make(chan struct{}), gen: -1}
-	stdin, err := cmd.StdinPipe()
+	cp, err := clients.StartCommand(name, argv, env, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.stdin = stdin
-	cmd.Stderr = &lockedWriter{mu: &p.mu, w: &p.stderr}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) != nil {
-				continue
-			}
-			switch {
-			case m["rejected"] != nil:
-				p.mu.Lock()
-				p.rejected++
-				p.mu.Unlock()
-			case m["ev"] != nil:
-				ev := ownEvent{client: name, kind: m["ev"].(string)}
-				if ps, ok := m["parts"].([]any); ok {
-					for _, v := range ps {
-						ev.parts = append(ev.parts, int32(v.(float64)))
-					}
-				}
-				if t, ok := m["t"].(float64); ok {
-					ev.at = int64(t)
-				}
-				p.mu.Lock()
-				p.events = append(p.events, ev)
-				p.mu.Unlock()
-			case m["owned"] != nil:
-				var owned []int32
-				for _, v := range m["owned"].([]any) {
-					owned = append(owned, int32(v.(float64)))
-				}
-				slices.Sort(owned)
-				p.mu.Lock()
-				p.owned, p.reports = owned, p.reports+1
-				if g, ok := m["gen"].(float64); ok {
-					p.gen = int64(g)
-				}
-				p.member, _ = m["member"].(string)
-				p.mu.Unlock()
-			case m["hello"] != nil:
-				t.Logf("%s: %v", name, m["hello"])
-			case m["log"] != nil:
-				t.Logf("%s: %v", name, m["log"])
-			default:
-				select {
-				case p.replies <- m:
-				default:
-				}
-			}
-		}
-		cmd.Wait()
-	}()
 	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			cmd.Process.Kill()
-			<-p.done
+		if !cp.Exited() {
+			cp.Kill()
 		}
 	})
-	return p
+	return &proc{Proc: cp, t: t, name: name}
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.w.Len() > 64<<10 {
-		return len(b), nil
-	}
-	return l.w.Write(b)
-}
-
+// state is the client's latest report: what it owns, its generation (-1
+// when the library does not say), member id and how many reports so far.
 func (p *proc) state() (owned []int32, gen int64, member string, reports int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.owned), p.gen, p.member, p.reports
-}
-
-func (p *proc) stderrTail() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s := p.stderr.String()
-	if len(s) > 4000 {
-		s = s[len(s)-4000:]
+	reps := p.Reports()
+	if len(reps) == 0 {
+		return nil, -1, "", 0
 	}
-	return s
+	r := reps[len(reps)-1]
+	return r.Owned, r.Gen, r.Member, len(reps)
 }
 
 // request sends a command and waits for the reply carrying key.
 func (p *proc) request(cmd, key string, timeout time.Duration) map[string]any {
 	p.t.Helper()
-	if _, err := io.WriteString(p.stdin, cmd+"\n"); err != nil {
-		p.t.Fatalf("%s: send %s: %v", p.name, cmd, err)
+	m, err := p.Request(cmd, key, timeout)
+	if err != nil {
+		p.t.Fatalf("%v\nstderr: %s", err, p.StderrTail())
 	}
-	deadline := time.After(timeout)
-	for {
-		select {
-		case m := <-p.replies:
-			if e, ok := m["error"]; ok {
-				p.t.Fatalf("%s: %s failed: %v\nstderr: %s", p.name, cmd, e, p.stderrTail())
-			}
-			if _, ok := m[key]; ok {
-				return m
-			}
-		case <-p.done:
-			// Replies are queued before done closes: look at them first.
-			for {
-				select {
-				case m := <-p.replies:
-					if _, ok := m[key]; ok {
-						return m
-					}
-					continue
-				default:
-				}
-				break
-			}
-			p.t.Fatalf("%s exited during %s\nstderr: %s", p.name, cmd, p.stderrTail())
-		case <-deadline:
-			p.t.Fatalf("%s: no answer to %s within %v\nstderr: %s", p.name, cmd, timeout, p.stderrTail())
-		}
-	}
+	return m
 }
 
 // closeGracefully asks the client to close (leaving the group if it is
 // dynamic) and waits for it to exit.
 func (p *proc) closeGracefully(timeout time.Duration) {
 	p.t.Helper()
-	p.request("close", "closed", timeout)
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		p.t.Fatalf("%s did not exit after close", p.name)
+	if err := p.Close(timeout); err != nil {
+		p.t.Fatalf("%v\nstderr: %s", err, p.StderrTail())
 	}
 }
 
-func (p *proc) kill() {
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.done
-}
+func (p *proc) kill() { p.Kill() }
 
 // ---------------------------------------------------------------------------
 // The scenario every family runs.
@@ -551,59 +411,12 @@ func waitStable(t *testing.T, cl *kgo.Client, group, topic string, clients []*pr
 	return 0
 }
 
-func checkStable(d described, clients []*proc) string {
-	if d.state != "Stable" {
-		return "state " + d.state
+func checkStable(d described, procs []*proc) string {
+	cs := make([]*clients.Proc, len(procs))
+	for i, p := range procs {
+		cs[i] = p.Proc
 	}
-	if len(d.members) != len(clients) {
-		return fmt.Sprintf("%d members, want %d", len(d.members), len(clients))
-	}
-	// Exclusive and complete ownership in the coordinator's view.
-	owner := map[int32]string{}
-	for m, ps := range d.members {
-		for _, p := range ps {
-			if o, dup := owner[p]; dup {
-				return fmt.Sprintf("partition %d owned by %s and %s", p, o, m)
-			}
-			owner[p] = m
-		}
-	}
-	if len(owner) != partitions {
-		return fmt.Sprintf("%d of %d partitions assigned", len(owner), partitions)
-	}
-	// Each client's own view matches one member's assignment, one to one.
-	used := map[string]bool{}
-	for _, c := range clients {
-		owned, gen, member, reports := c.state()
-		if reports == 0 {
-			return c.name + " reported no assignment yet"
-		}
-		if gen >= 0 && gen != int64(d.gen) {
-			return fmt.Sprintf("%s at generation %d, group at %d", c.name, gen, d.gen)
-		}
-		if member != "" {
-			ps, ok := d.members[member]
-			if !ok {
-				return fmt.Sprintf("%s has member id %s, not in the group", c.name, member)
-			}
-			if !slices.Equal(ps, owned) {
-				return fmt.Sprintf("%s owns %v, coordinator assigned %v", c.name, owned, ps)
-			}
-			used[member] = true
-			continue
-		}
-		found := false
-		for m, ps := range d.members {
-			if !used[m] && slices.Equal(ps, owned) {
-				used[m], found = true, true
-				break
-			}
-		}
-		if !found {
-			return fmt.Sprintf("%s owns %v, which no member is assigned", c.name, owned)
-		}
-	}
-	return ""
+	return clients.Settled(d.state, d.gen, d.members, partitions, cs)
 }
 
 func runFamily(t *testing.T, fam family) {

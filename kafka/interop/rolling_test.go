@@ -12,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohort-coord/cohort/kafka/interop/clients"
 )
 
 // Rolling assignor changes with six unmodified kgo consumers, restarted one
@@ -238,13 +240,11 @@ func runRoll(t *testing.T, srv *server, plan rollPlan, tag string, cl rollClient
 	srv.mu.Lock()
 	withheld, followUps := srv.withheldRounds-withheld0, srv.followUps-followUps0
 	srv.mu.Unlock()
-	var events []ownEvent
+	var events []clients.OwnEvent
 	rejected := 0
 	for _, p := range all {
-		p.mu.Lock()
-		events = append(events, p.events...)
-		rejected += p.rejected
-		p.mu.Unlock()
+		events = append(events, p.Events()...)
+		rejected += p.Rejected()
 	}
 	overlaps := findOverlaps(events)
 	t.Logf("%s: %d steps in %v, generations %d -> %d (per bounce %v), %d rejected joins, guard: %d rounds withheld partitions, %d follow-up rebalances, %d ownership events, %d overlaps",
@@ -254,36 +254,36 @@ func runRoll(t *testing.T, srv *server, plan rollPlan, tag string, cl rollClient
 
 // findOverlaps replays the clients' ownership events in time order and
 // reports every assignment of a partition another client still held.
-func findOverlaps(events []ownEvent) []string {
-	slices.SortStableFunc(events, func(a, b ownEvent) int {
-		if a.at != b.at {
-			if a.at < b.at {
+func findOverlaps(events []clients.OwnEvent) []string {
+	slices.SortStableFunc(events, func(a, b clients.OwnEvent) int {
+		if a.At != b.At {
+			if a.At < b.At {
 				return -1
 			}
 			return 1
 		}
 		// At the same instant a release goes first.
-		return strings.Compare(b.kind, a.kind)
+		return strings.Compare(b.Kind, a.Kind)
 	})
 	holders := map[int32]map[string]int64{} // partition -> client -> since
 	var out []string
 	for _, ev := range events {
-		for _, p := range ev.parts {
+		for _, p := range ev.Parts {
 			h := holders[p]
 			if h == nil {
 				h = map[string]int64{}
 				holders[p] = h
 			}
-			switch ev.kind {
+			switch ev.Kind {
 			case "assigned":
 				for other, since := range h {
-					if other != ev.client {
-						out = append(out, fmt.Sprintf("partition %d to %s while %s held it (it had for %v)", p, ev.client, other, time.Duration(ev.at-since)))
+					if other != ev.Client {
+						out = append(out, fmt.Sprintf("partition %d to %s while %s held it (it had for %v)", p, ev.Client, other, time.Duration(ev.At-since)))
 					}
 				}
-				h[ev.client] = ev.at
+				h[ev.Client] = ev.At
 			default:
-				delete(h, ev.client)
+				delete(h, ev.Client)
 			}
 		}
 	}

@@ -108,7 +108,7 @@ func (s *Setup) KafkaPython() (Family, error) {
 
 // KafkaJS is kafkajs from npm (range).
 func (s *Setup) KafkaJS() (Family, error) {
-	dir, err := ensureKafkaJS()
+	dir, err := EnsureKafkaJS()
 	if err != nil {
 		return Family{}, err
 	}
@@ -121,6 +121,12 @@ var aptMu sync.Mutex
 // apt-get when it cannot.
 func EnsureDebian(check, pkg string) error {
 	return ensureWith(pkg, func() error { return exec.Command(Python, "-c", check).Run() })
+}
+
+// EnsureCommand makes sure the program name is on PATH, installing pkg with
+// apt-get when it is not.
+func EnsureCommand(name, pkg string) error {
+	return ensureWith(pkg, func() error { _, err := exec.LookPath(name); return err })
 }
 
 func ensureWith(pkg string, ok func() error) error {
@@ -149,13 +155,11 @@ func ensureWith(pkg string, ok func() error) error {
 	return nil
 }
 
-// ensureKafkaJS installs kafkajs into a cache folder (kept between runs)
+// EnsureKafkaJS installs kafkajs into a cache folder (kept between runs)
 // and returns the folder holding node_modules.
-func ensureKafkaJS() (string, error) {
-	if _, err := exec.LookPath("node"); err != nil {
-		if err := ensureWith("nodejs npm", func() error { _, err := exec.LookPath("node"); return err }); err != nil {
-			return "", err
-		}
+func EnsureKafkaJS() (string, error) {
+	if err := EnsureCommand("node", "nodejs npm"); err != nil {
+		return "", err
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -225,25 +229,70 @@ type Proc struct {
 
 	logFile *os.File
 
-	mu      sync.Mutex
-	reports []Report
-	logs    []string
-	stderr  bytes.Buffer
+	mu       sync.Mutex
+	reports  []Report
+	events   []OwnEvent
+	rejected int
+	logs     []string
+	stderr   bytes.Buffer
+}
+
+// OwnEvent is a timestamped ownership change a driver reported from its
+// callbacks (the kgo and librdkafka drivers do): an assignment when its
+// callback starts, a revocation or loss when its callback returns.
+type OwnEvent struct {
+	Client string
+	Kind   string // assigned, revoked, lost
+	Parts  []int32
+	At     int64 // unix nanoseconds
+}
+
+// Events returns the ownership changes reported so far.
+func (p *Proc) Events() []OwnEvent {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.events)
+}
+
+// Rejected is how many JoinGroups the client said were refused with
+// INCONSISTENT_GROUP_PROTOCOL.
+func (p *Proc) Rejected() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rejected
+}
+
+// Logs returns the driver's hello and log lines.
+func (p *Proc) Logs() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.logs)
 }
 
 // Start starts one consumer of the family.
 func (f Family) Start(name string, c Config) (*Proc, error) {
-	cmd := exec.Command(f.argv[0], f.argv[1:]...)
-	cmd.Env = append(os.Environ(), f.env...)
-	cmd.Env = append(cmd.Env,
+	env := append(slices.Clone(f.env),
 		"BOOTSTRAP="+strings.Join(c.Bootstrap, ","), "GROUP="+c.Group, "TOPIC="+c.Topic, "CLIENT_ID="+c.ClientID,
 		fmt.Sprintf("PARTITIONS=%d", c.Partitions), fmt.Sprintf("SESSION_MS=%d", c.Session.Milliseconds()),
 		"ASSIGNOR="+f.Assignor)
 	if f.Static {
-		cmd.Env = append(cmd.Env, "INSTANCE_ID="+c.ClientID)
+		env = append(env, "INSTANCE_ID="+c.ClientID)
 	}
-	cmd.Env = append(cmd.Env, c.Env...)
-	p := &Proc{Name: name, Family: f, cmd: cmd, replies: make(chan map[string]any, 64), done: make(chan struct{})}
+	env = append(env, c.Env...)
+	p, err := StartCommand(name, f.argv, env, c.StderrPath)
+	if p != nil {
+		p.Family = f
+	}
+	return p, err
+}
+
+// StartCommand starts a client driver from its command line and the
+// environment it adds (BOOTSTRAP, GROUP, ... as the drivers read them);
+// stderrPath, when set, also gets its standard error.
+func StartCommand(name string, argv, env []string, stderrPath string) (*Proc, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &Proc{Name: name, cmd: cmd, replies: make(chan map[string]any, 64), done: make(chan struct{})}
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
@@ -253,8 +302,8 @@ func (f Family) Start(name string, c Config) (*Proc, error) {
 		return nil, err
 	}
 	cmd.Stderr = &cappedWriter{mu: &p.mu, w: &p.stderr}
-	if c.StderrPath != "" {
-		f, err := os.OpenFile(c.StderrPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if stderrPath != "" {
+		f, err := os.OpenFile(stderrPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return nil, err
 		}
@@ -281,6 +330,24 @@ func (p *Proc) read(stdout io.Reader) {
 			continue
 		}
 		switch {
+		case m["rejected"] != nil:
+			p.mu.Lock()
+			p.rejected++
+			p.mu.Unlock()
+		case m["ev"] != nil:
+			ev := OwnEvent{Client: p.Name}
+			ev.Kind, _ = m["ev"].(string)
+			if ps, ok := m["parts"].([]any); ok {
+				for _, v := range ps {
+					ev.Parts = append(ev.Parts, int32(v.(float64)))
+				}
+			}
+			if t, ok := m["t"].(float64); ok {
+				ev.At = int64(t)
+			}
+			p.mu.Lock()
+			p.events = append(p.events, ev)
+			p.mu.Unlock()
 		case m["owned"] != nil:
 			r := Report{At: time.Now(), Gen: -1, Owned: []int32{}}
 			for _, v := range m["owned"].([]any) {
@@ -361,6 +428,18 @@ func (p *Proc) Request(cmd, key string, timeout time.Duration) (map[string]any, 
 				return m, nil
 			}
 		case <-p.done:
+			// Replies are queued before done closes: look at them first.
+			for {
+				select {
+				case m := <-p.replies:
+					if _, ok := m[key]; ok {
+						return m, nil
+					}
+					continue
+				default:
+				}
+				break
+			}
 			return nil, fmt.Errorf("%s exited during %q; stderr:\n%s", p.Name, cmd, p.StderrTail())
 		case <-deadline.C:
 			return nil, fmt.Errorf("%s: no answer to %q within %v", p.Name, cmd, timeout)
@@ -395,6 +474,66 @@ func (p *Proc) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// Settled checks what DescribeGroups shows of a group (state, generation
+// and each member's partitions of the consumers' topic) against its
+// consumers: the group is Stable with one member per consumer, each of the
+// partitions has exactly one owner, and every consumer's last callback left
+// it owning one member's assignment (the member with its id when the
+// library says, one to one otherwise) in that generation (when it says).
+// It returns "" or what does not hold yet.
+func Settled(state string, gen int32, members map[string][]int32, partitions int, procs []*Proc) string {
+	if state != "Stable" {
+		return "state " + state
+	}
+	if len(members) != len(procs) {
+		return fmt.Sprintf("%d members, want %d", len(members), len(procs))
+	}
+	owner := map[int32]string{}
+	for m, ps := range members {
+		for _, p := range ps {
+			if o, dup := owner[p]; dup {
+				return fmt.Sprintf("partition %d owned by %s and %s", p, o, m)
+			}
+			owner[p] = m
+		}
+	}
+	if len(owner) != partitions {
+		return fmt.Sprintf("%d of %d partitions assigned", len(owner), partitions)
+	}
+	used := map[string]bool{}
+	for _, c := range procs {
+		r, ok := c.Last()
+		if !ok {
+			return c.Name + " reported no assignment yet"
+		}
+		if r.Gen >= 0 && r.Gen != int64(gen) {
+			return fmt.Sprintf("%s at generation %d, group at %d", c.Name, r.Gen, gen)
+		}
+		if r.Member != "" {
+			ps, ok := members[r.Member]
+			if !ok {
+				return fmt.Sprintf("%s has member id %s, not in the group", c.Name, r.Member)
+			}
+			if !slices.Equal(ps, r.Owned) {
+				return fmt.Sprintf("%s owns %v, coordinator assigned %v", c.Name, r.Owned, ps)
+			}
+			used[r.Member] = true
+			continue
+		}
+		found := false
+		for m, ps := range members {
+			if !used[m] && slices.Equal(ps, r.Owned) {
+				used[m], found = true, true
+				break
+			}
+		}
+		if !found {
+			return fmt.Sprintf("%s owns %v, which no member is assigned", c.Name, r.Owned)
+		}
+	}
+	return ""
 }
 
 type cappedWriter struct {
