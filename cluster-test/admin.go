@@ -60,6 +60,10 @@ func newAdmin() (a *Admin, err error) {
 	return &Admin{system: system}, nil
 }
 
+// System returns the admin client's actor system (it runs protoactor remote),
+// for other native API clients in the same test process.
+func (a *Admin) System() *actor.ActorSystem { return a.system }
+
 // ErrAdminTimeout is returned when a node does not answer in time.
 var ErrAdminTimeout = errors.New("cluster admin request timed out")
 
