@@ -208,12 +208,18 @@ type group struct {
 	others   []participant
 	n        int
 	describe describer
+	fetch    func() (map[tp]int64, error)
 }
 
 func newGroup(t *testing.T, c *clustertest.Cluster, name string, base ...member.Opt) *group {
 	system := c.Admin.System()
-	g := &group{t: t, h: newHistory(t), system: system, name: name, base: base,
-		describe: nativeDescriber(system, c.Node(0).RemoteAddr, name)}
+	g := newGroupOn(t, system, nativeDescriber(system, c.Node(0).RemoteAddr, name), name, base...)
+	g.fetch = nativeFetcher(system, c.Node(0).RemoteAddr, name)
+	return g
+}
+
+func newGroupOn(t *testing.T, system *actor.ActorSystem, describe describer, name string, base ...member.Opt) *group {
+	g := &group{t: t, h: newHistory(t), system: system, name: name, base: base, describe: describe}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -267,14 +273,6 @@ func TestMembersAgainstCohortd(t *testing.T) {
 	c := cohortd(t)
 	node := c.Node(0)
 	want := allPartitions("t", 12)
-	modes := []struct {
-		name      string
-		balancers []assignor.Balancer
-	}{
-		{"default", nil}, // [cooperative-sticky, range]: eager by Java's rule without a guard
-		{"cooperative", []assignor.Balancer{assignor.CooperativeSticky()}},
-		{"range", []assignor.Balancer{assignor.Range()}},
-	}
 	for _, tr := range transports {
 		for _, mode := range modes {
 			t.Run(tr.name+"/"+mode.name, func(t *testing.T) {
@@ -284,44 +282,91 @@ func TestMembersAgainstCohortd(t *testing.T) {
 					base = append(base, member.Balancers(mode.balancers...))
 				}
 				g := newGroup(t, c, "g-"+tr.name+"-"+mode.name, base...)
-				for range 3 {
-					g.add()
-				}
-				d := g.settle(want)
-				t.Logf("3 members settled in %v", d)
-				g.add()
-				g.add()
-				t.Logf("5 members settled in %v", g.settle(want))
-				g.remove(g.members[1])
-				t.Logf("4 members settled in %v", g.settle(want))
-
-				follower := g.members[len(g.members)-1]
-				gen := follower.m.Generation()
-				if err := follower.m.EnforceRebalance("test"); err != nil {
-					t.Fatalf("enforce rebalance: %v", err)
-				}
-				g.settle(want)
-				if follower.m.Generation() <= gen {
-					t.Fatalf("generation %d after EnforceRebalance, was %d", follower.m.Generation(), gen)
-				}
-
-				// Every member commits what it owns.
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				for _, m := range g.members {
-					offsets := map[string]map[int32]int64{}
-					for _, p := range m.owned() {
-						if offsets[p.topic] == nil {
-							offsets[p.topic] = map[int32]int64{}
-						}
-						offsets[p.topic][p.partition] = int64(100 + p.partition)
-					}
-					if err := m.m.Commit(ctx, offsets); err != nil {
-						t.Fatalf("%s commit: %v", m.n, err)
-					}
-				}
+				memberScenario(t, g, want)
 				g.h.check(t)
 			})
 		}
 	}
+}
+
+// memberScenario runs members of g through joins, a close, an explicit
+// rebalance and commits, checking the group after each step.
+func memberScenario(t *testing.T, g *group, want []tp) {
+	for range 3 {
+		g.add()
+	}
+	d := g.settle(want)
+	t.Logf("3 members settled in %v", d)
+	g.add()
+	g.add()
+	t.Logf("5 members settled in %v", g.settle(want))
+	g.remove(g.members[1])
+	t.Logf("4 members settled in %v", g.settle(want))
+
+	follower := g.members[len(g.members)-1]
+	gen := follower.m.Generation()
+	if err := follower.m.EnforceRebalance("test"); err != nil {
+		t.Fatalf("enforce rebalance: %v", err)
+	}
+	g.settle(want)
+	if follower.m.Generation() <= gen {
+		t.Fatalf("generation %d after EnforceRebalance, was %d", follower.m.Generation(), gen)
+	}
+
+	// Every member commits what it owns.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range g.members {
+		offsets := map[string]map[int32]int64{}
+		for _, p := range m.owned() {
+			if offsets[p.topic] == nil {
+				offsets[p.topic] = map[int32]int64{}
+			}
+			offsets[p.topic][p.partition] = int64(100 + p.partition)
+		}
+		if err := m.m.Commit(ctx, offsets); err != nil {
+			t.Fatalf("%s commit: %v", m.n, err)
+		}
+	}
+	if g.fetch != nil {
+		got, err := g.fetch()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range want {
+			if got[p] != int64(100+p.partition) {
+				t.Errorf("committed offset of %v is %d, want %d", p, got[p], 100+p.partition)
+			}
+		}
+	}
+	g.h.check(t)
+}
+
+// nativeFetcher reads a group's committed offsets over the native API.
+func nativeFetcher(system *actor.ActorSystem, remoteAddr, group string) func() (map[tp]int64, error) {
+	cl := actors.NewClient(system, actor.NewPID(remoteAddr, actors.RouterName))
+	return func() (map[tp]int64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		res, err := cl.Call(ctx, &pb.OffsetFetchRequest{GroupId: group, AllTopics: true})
+		if err != nil {
+			return nil, err
+		}
+		out := map[tp]int64{}
+		for _, t := range res.(*pb.OffsetFetchResponse).GetTopics() {
+			for _, p := range t.GetPartitions() {
+				out[tp{t.GetName(), p.GetPartition()}] = p.GetOffset()
+			}
+		}
+		return out, nil
+	}
+}
+
+var modes = []struct {
+	name      string
+	balancers []assignor.Balancer
+}{
+	{"default", nil}, // [cooperative-sticky, range]: eager by Java's rule without a guard
+	{"cooperative", []assignor.Balancer{assignor.CooperativeSticky()}},
+	{"range", []assignor.Balancer{assignor.Range()}},
 }

@@ -1,0 +1,221 @@
+package member_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohort-coord/cohort/actors/member"
+	"github.com/cohort-coord/cohort/assignor"
+)
+
+// kafkaDescriber answers DescribeGroups over the Kafka protocol.
+func kafkaDescriber(t *testing.T, seed, group string) describer {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return func() (string, map[string][]tp, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Groups = []string{group}
+		res, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return "", nil, err
+		}
+		if len(res.Groups) != 1 || res.Groups[0].ErrorCode != 0 {
+			return "", nil, fmt.Errorf("describe %v", res.Groups)
+		}
+		out := map[string][]tp{}
+		for _, m := range res.Groups[0].Members {
+			a, err := assignor.DecodeAssignment(m.MemberAssignment)
+			if err != nil && len(m.MemberAssignment) > 0 {
+				return "", nil, err
+			}
+			out[m.MemberID] = flatten(a.Topics)
+		}
+		return res.Groups[0].State, out, nil
+	}
+}
+
+// The member suite against franz-go's kfake through the Kafka transport.
+func TestMembersAgainstKfake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a fake Kafka cluster")
+	}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, "t"), kfake.GroupMinSessionTimeout(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			seed := c.ListenAddrs()[0]
+			system := actor.NewActorSystem()
+			base := append(timing(), member.WithTransport(member.Kafka(seed)), member.Topics("t"))
+			if mode.balancers != nil {
+				base = append(base, member.Balancers(mode.balancers...))
+			}
+			g := newGroupOn(t, system, kafkaDescriber(t, seed, "g"), "g", base...)
+			g.fetch = kafkaFetcher(t, seed, "g")
+			memberScenario(t, g, allPartitions("t", 12))
+		})
+	}
+}
+
+// kgoMember is a franz-go consumer in the group, recording into the same
+// history.
+type kgoMember struct {
+	n  string
+	cl *kgo.Client
+	h  *history
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startKgo(t *testing.T, h *history, name, seed, group string, balancers ...kgo.GroupBalancer) *kgoMember {
+	k := &kgoMember{n: name, h: h}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(seed),
+		kgo.ClientID(name),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics("t"),
+		kgo.SessionTimeout(6 * time.Second),
+		kgo.HeartbeatInterval(300 * time.Millisecond),
+		kgo.RebalanceTimeout(15 * time.Second),
+		kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			h.assigned(name, flattenMap(m))
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			time.Sleep(50 * time.Millisecond)
+			h.released(name, "revoked", flattenMap(m))
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			h.released(name, "lost", flattenMap(m))
+		}),
+	}
+	if len(balancers) > 0 {
+		opts = append(opts, kgo.Balancers(balancers...))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.cl = cl
+	ctx, cancel := context.WithCancel(context.Background())
+	k.cancel = cancel
+	k.wg.Add(1)
+	go func() {
+		defer k.wg.Done()
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	}()
+	return k
+}
+
+func (k *kgoMember) close() {
+	k.cancel()
+	k.wg.Wait()
+	k.cl.Close() // revokes (OnPartitionsRevoked) and leaves
+}
+
+func flattenMap(m map[string][]int32) []tp {
+	var out []tp
+	for t, ps := range m {
+		for _, p := range ps {
+			out = append(out, tp{t, p})
+		}
+	}
+	return sortTPs(out)
+}
+
+func (k *kgoMember) name() string { return k.n }
+func (k *kgoMember) memberID() string {
+	id, _ := k.cl.GroupMetadata()
+	return id
+}
+func (k *kgoMember) owned() []tp { return k.h.owned()[k.n] }
+func (k *kgoMember) settled() bool {
+	_, gen := k.cl.GroupMetadata()
+	return gen > 0
+}
+
+// Groups that mix cohort members with franz-go members, against cohortd over
+// both transports: zero overlaps.
+func TestMixedWithKgoAgainstCohortd(t *testing.T) {
+	c := cohortd(t)
+	node := c.Node(0)
+	want := allPartitions("t", 12)
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			name := "mixed-" + tr.name
+			base := append(timing(), tr.opts(node)...)
+			base = append(base, member.Topics("t"))
+			g := newGroup(t, c, name, base...)
+			var kgos []*kgoMember
+			defer func() {
+				for _, k := range kgos {
+					k.close()
+				}
+			}()
+			addKgo := func() {
+				k := startKgo(t, g.h, fmt.Sprintf("k%d", len(kgos)), node.KafkaAddr, name)
+				kgos = append(kgos, k)
+				g.others = append(g.others, k)
+			}
+			g.add()
+			addKgo()
+			g.add()
+			addKgo()
+			t.Logf("2+2 settled in %v", g.settle(want))
+			g.add()
+			addKgo()
+			t.Logf("3+3 settled in %v", g.settle(want))
+			kgos[0].close()
+			g.others = g.others[1:]
+			kgos = kgos[1:]
+			t.Logf("3+2 settled in %v", g.settle(want))
+			g.remove(g.members[0])
+			t.Logf("2+2 settled in %v", g.settle(want))
+			g.h.check(t)
+		})
+	}
+}
+
+// kafkaFetcher reads a group's committed offsets over the Kafka protocol.
+func kafkaFetcher(t *testing.T, seed, group string) func() (map[tp]int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return func() (map[tp]int64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Group = group
+		res, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return nil, err
+		}
+		out := map[tp]int64{}
+		for _, t := range res.Topics {
+			for _, p := range t.Partitions {
+				out[tp{t.Topic, p.Partition}] = p.Offset
+			}
+		}
+		return out, nil
+	}
+}
