@@ -92,7 +92,7 @@ func settle(t testing.TB, h *history, ps []participant, want []tp, describe desc
 	deadline := start.Add(timeout)
 	var why string
 	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 		why = settledWhy(h, ps, want, describe)
 		if why == "" {
 			return time.Since(start)
@@ -104,7 +104,7 @@ func settle(t testing.TB, h *history, ps []participant, want []tp, describe desc
 
 func settledWhy(h *history, ps []participant, want []tp, describe describer) string {
 	h.mu.Lock()
-	quiet := time.Since(h.last) > 700*time.Millisecond
+	quiet := time.Since(h.last) > 500*time.Millisecond
 	h.mu.Unlock()
 	if !quiet {
 		return "callbacks still running"
@@ -232,9 +232,15 @@ func newGroupOn(t *testing.T, system *actor.ActorSystem, describe describer, nam
 
 func (g *group) add(opts ...member.Opt) *cohortMember {
 	g.t.Helper()
+	return g.addSlow(50*time.Millisecond, opts...)
+}
+
+// addSlow adds a member whose revocations take revokeDelay.
+func (g *group) addSlow(revokeDelay time.Duration, opts ...member.Opt) *cohortMember {
+	g.t.Helper()
 	name := fmt.Sprintf("m%d", g.n)
 	g.n++
-	all := append(append(append([]member.Opt{}, g.base...), member.WithHandler(&recorder{h: g.h, name: name, revokeDelay: 50 * time.Millisecond}), member.ClientID(name)), opts...)
+	all := append(append(append([]member.Opt{}, g.base...), member.WithHandler(&recorder{h: g.h, name: name, revokeDelay: revokeDelay}), member.ClientID(name)), opts...)
 	m, err := member.Start(g.system, g.name, all...)
 	if err != nil {
 		g.t.Fatal(err)
