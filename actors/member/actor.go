@@ -94,6 +94,10 @@ func (a *memberActor) Receive(ctx actor.Context) {
 		a.self, a.root = ctx.Self(), ctx.ActorSystem().Root
 		a.mc.Start(time.Now(), &a.fx)
 	case *response:
+		if a.log.Enabled(context.Background(), slog.LevelDebug) {
+			a.log.Debug("member answer", slog.String("member", a.mc.MemberID()), slog.String("phase", a.mc.Phase().String()),
+				slog.String("answer", fmt.Sprintf("%T %v", msg.res, msg.res)), slog.Any("err", msg.err))
+		}
 		a.mc.OnResponse(time.Now(), msg.id, msg.res, msg.err, &a.fx)
 	case *timerFired:
 		slot := &a.timers[msg.kind]
