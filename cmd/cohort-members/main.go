@@ -196,8 +196,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			member.HeartbeatInterval(o.session / 10),
 			member.ClientID(fmt.Sprintf("%s-%s-%d", name, host, os.Getpid())),
 			member.Logger(log),
-			member.OnAssigned(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) { p.print(name, "assigned", m, ps) }),
-			member.OnRevoked(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) { p.print(name, "revoked", m, ps) }),
+			member.OnAssigned(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) {
+				p.print(name, "assigned", m, ps)
+			}),
+			member.OnRevoked(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) {
+				p.print(name, "revoked", m, ps)
+			}),
 			member.OnLost(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) { p.print(name, "lost", m, ps) }),
 		}
 		if o.kafka != "" {
