@@ -199,7 +199,7 @@ func timing() []member.Opt {
 
 // group is a set of cohort members of one group under test.
 type group struct {
-	t        *testing.T
+	t        testing.TB
 	h        *history
 	system   *actor.ActorSystem
 	name     string
@@ -218,7 +218,7 @@ func newGroup(t *testing.T, c *clustertest.Cluster, name string, base ...member.
 	return g
 }
 
-func newGroupOn(t *testing.T, system *actor.ActorSystem, describe describer, name string, base ...member.Opt) *group {
+func newGroupOn(t testing.TB, system *actor.ActorSystem, describe describer, name string, base ...member.Opt) *group {
 	g := &group{t: t, h: newHistory(t), system: system, name: name, base: base, describe: describe}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -171,7 +171,7 @@ func leaderFailover(t *testing.T, transport string) {
 
 // createTopic creates a topic over the Kafka protocol (the Kafka listener
 // refuses commits for topics it does not know).
-func createTopic(t *testing.T, seeds []string, name string, partitions int32) {
+func createTopic(t testing.TB, seeds []string, name string, partitions int32) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {

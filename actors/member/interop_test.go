@@ -17,7 +17,7 @@ import (
 )
 
 // kafkaDescriber answers DescribeGroups over the Kafka protocol.
-func kafkaDescriber(t *testing.T, seed, group string) describer {
+func kafkaDescriber(t testing.TB, seed, group string) describer {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seed))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ type kgoMember struct {
 	wg     sync.WaitGroup
 }
 
-func startKgo(t *testing.T, h *history, name, seed, group string, balancers ...kgo.GroupBalancer) *kgoMember {
+func startKgo(t testing.TB, h *history, name, seed, group string, balancers ...kgo.GroupBalancer) *kgoMember {
 	k := &kgoMember{n: name, h: h}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(seed),
@@ -195,7 +195,7 @@ func TestMixedWithKgoAgainstCohortd(t *testing.T) {
 }
 
 // kafkaFetcher reads a group's committed offsets over the Kafka protocol.
-func kafkaFetcher(t *testing.T, seed, group string) func() (map[tp]int64, error) {
+func kafkaFetcher(t testing.TB, seed, group string) func() (map[tp]int64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seed))
 	if err != nil {
 		t.Fatal(err)
