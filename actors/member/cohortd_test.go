@@ -3,6 +3,8 @@ package member_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -188,13 +190,17 @@ var transports = []transportCase{
 }
 
 func timing() []member.Opt {
-	return []member.Opt{
-		member.SessionTimeout(6 * time.Second),
-		member.HeartbeatInterval(300 * time.Millisecond),
-		member.RebalanceTimeout(15 * time.Second),
-		member.RetryBackoff(50*time.Millisecond, time.Second),
-		member.RequestTimeout(5 * time.Second),
+	var debug []member.Opt
+	if os.Getenv("COHORT_MEMBER_DEBUG") != "" {
+		debug = append(debug, member.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
+	return append(debug,
+		member.SessionTimeout(6*time.Second),
+		member.HeartbeatInterval(300*time.Millisecond),
+		member.RebalanceTimeout(15*time.Second),
+		member.RetryBackoff(50*time.Millisecond, time.Second),
+		member.RequestTimeout(5*time.Second),
+	)
 }
 
 // group is a set of cohort members of one group under test.
