@@ -32,6 +32,8 @@ type history struct {
 	lost     []string
 	changes  int
 	last     time.Time
+	// onRevoke, when set, sees every revocation (under mu).
+	onRevoke func(name string, ps []tp)
 }
 
 func newHistory(t testing.TB) *history {
@@ -74,6 +76,9 @@ func (h *history) released(name, kind string, ps []tp) {
 	h.log(name, kind, ps)
 	h.changes++
 	h.last = time.Now()
+	if kind == "revoked" && h.onRevoke != nil {
+		h.onRevoke(name, ps)
+	}
 	if kind == "lost" && len(ps) > 0 {
 		h.lost = append(h.lost, fmt.Sprintf("%s lost %v", name, ps))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/assignor"
@@ -217,5 +218,99 @@ func kafkaFetcher(t testing.TB, seed, group string) func() (map[tp]int64, error)
 			}
 		}
 		return out, nil
+	}
+}
+
+// advertiseExclusive makes a kfake cluster answer ApiVersions (Kafka 3.9's
+// versions) with the exclusive-ownership feature, as a cohortd with the
+// ownership guard will.
+func advertiseExclusive(c *kfake.Cluster) {
+	c.ControlKey(int16(kmsg.ApiVersions), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.ApiVersionsRequest)
+		res := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+		res.Version = req.Version
+		kversion.V3_9_0().EachMaxKeyVersion(func(k, v int16) {
+			ak := kmsg.NewApiVersionsResponseApiKey()
+			ak.ApiKey, ak.MaxVersion = k, v
+			res.ApiKeys = append(res.ApiKeys, ak)
+		})
+		f := kmsg.NewApiVersionsResponseSupportedFeature()
+		f.Name, f.MinVersion, f.MaxVersion = member.ExclusiveOwnershipFeature, 1, 1
+		res.SupportedFeatures = append(res.SupportedFeatures, f)
+		return res, nil, true
+	})
+}
+
+// TestExclusiveOwnershipFeature: over the Kafka transport, a coordinator
+// advertising cohort.exclusive-ownership makes default members
+// ([cooperative-sticky, range]) follow the selected cooperative-sticky, so a
+// second member joining takes only what moves; without it they run eager
+// (Java's rule) and the first member revokes everything.
+func TestExclusiveOwnershipFeature(t *testing.T) {
+	for _, exclusive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exclusive=%v", exclusive), func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, "t"), kfake.GroupMinSessionTimeout(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if exclusive {
+				advertiseExclusive(c)
+			}
+			seed := c.ListenAddrs()[0]
+			g := newGroupOn(t, actor.NewActorSystem(), kafkaDescriber(t, seed, "g"), "g",
+				append(timing(), member.WithTransport(member.Kafka(seed)), member.Topics("t"))...)
+			want := allPartitions("t", 12)
+			first := g.add()
+			g.settle(want)
+			var revoked []int
+			g.h.mu.Lock()
+			g.h.onRevoke = func(name string, ps []tp) {
+				if name == first.n {
+					revoked = append(revoked, len(ps))
+				}
+			}
+			g.h.mu.Unlock()
+			g.add()
+			g.settle(want)
+			if first.m.Protocol() != "cooperative-sticky" {
+				t.Fatalf("protocol %q", first.m.Protocol())
+			}
+			g.h.mu.Lock()
+			defer g.h.mu.Unlock()
+			wantRevoked := "[12]" // eager: everything
+			if exclusive {
+				wantRevoked = "[6]" // cooperative: what moves
+			}
+			if fmt.Sprint(revoked) != wantRevoked {
+				t.Fatalf("first member revoked %v, want %s", revoked, wantRevoked)
+			}
+		})
+	}
+}
+
+func TestHasExclusiveOwnership(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		min, max int16
+		want     bool
+	}{
+		{member.ExclusiveOwnershipFeature, 1, 1, true},
+		{member.ExclusiveOwnershipFeature, 1, 2, true},
+		{member.ExclusiveOwnershipFeature, 2, 3, false},
+		{member.ExclusiveOwnershipFeature, 0, 0, false},
+		{"cohort.other", 1, 1, false},
+	} {
+		res := kmsg.NewPtrApiVersionsResponse()
+		f := kmsg.NewApiVersionsResponseSupportedFeature()
+		f.Name, f.MinVersion, f.MaxVersion = c.name, c.min, c.max
+		res.SupportedFeatures = append(res.SupportedFeatures, f)
+		if got := member.HasExclusiveOwnership(res); got != c.want {
+			t.Errorf("%s %d..%d: %v", c.name, c.min, c.max, got)
+		}
+	}
+	if member.HasExclusiveOwnership(kmsg.NewPtrApiVersionsResponse()) {
+		t.Error("no features: exclusive")
 	}
 }
