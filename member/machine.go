@@ -228,6 +228,11 @@ func (m *Machine) answered(fx *Effects) {
 // everything it owns.
 func (m *Machine) startJoin(fx *Effects) {
 	m.phase = Preparing
+	if m.waitToken != 0 {
+		// A revoke or lost callback still runs: join once it returned.
+		m.waitThen = afterJoin
+		return
+	}
 	m.followUp = false
 	m.leader, m.members = false, nil
 	if len(m.owned) > 0 && !m.Cooperative(m.protocol) {
@@ -245,6 +250,7 @@ func (m *Machine) wait(token uint64, then after) {
 
 func (m *Machine) sendJoin(fx *Effects) {
 	m.phase = Joining
+	m.followUp = false
 	m.retryWhat = retryNone
 	fx.cancel(TimerSession) // the coordinator keeps a member waiting in join alive
 	owned := m.owned.list()
@@ -280,6 +286,7 @@ func (m *Machine) reset(fx *Effects, keepID bool) {
 		m.callback(fx, Lost, lost, true) // waited for through the join it leads to
 		m.wait(m.nextToken, afterJoin)
 	}
+	m.joinID, m.syncID, m.metaID = 0, 0, 0
 	m.generation = assignor.DefaultGeneration
 	m.protocol, m.leader, m.members = "", false, nil
 	if !keepID {
@@ -295,9 +302,12 @@ func (m *Machine) resetAndRejoin(fx *Effects, keepID bool) {
 	m.joinID, m.syncID, m.metaID = 0, 0, 0
 	m.reset(fx, keepID)
 	m.phase = Preparing
+	m.retryWhat = retryNone
 	if m.waitToken == 0 {
 		m.sendJoin(fx)
+		return
 	}
+	m.waitThen = afterJoin // whatever the running callback was for, join next
 }
 
 // stop ends the member: what it owns is lost (when err is set) and nothing
@@ -739,10 +749,13 @@ func (m *Machine) onSessionExpired(fx *Effects) {
 		return
 	}
 	m.phase = Preparing
+	m.retryWhat = retryNone
 	if m.waitToken == 0 {
 		m.discover(fx)
 		m.resume = Joining
+		return
 	}
+	m.waitThen = afterJoin
 }
 
 // OnCallbackDone reports that the callback with token returned.

@@ -142,6 +142,8 @@ func TestCooperativeRound(t *testing.T) {
 	if d.m.Phase() != Stable || tpString(d.m.Owned()) != "t[0 1]" {
 		t.Fatalf("phase %v owned %v", d.m.Phase(), d.m.Owned())
 	}
+	// After the follow-up round the member may ask for a rebalance again.
+	wantErr(t, d.m.EnforceRebalance(d.now, "again", &d.fx), nil)
 }
 
 func TestCooperativeGainsWithoutRevoking(t *testing.T) {
