@@ -2,6 +2,7 @@ package member_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -312,5 +313,64 @@ func TestHasExclusiveOwnership(t *testing.T) {
 	}
 	if member.HasExclusiveOwnership(kmsg.NewPtrApiVersionsResponse()) {
 		t.Error("no features: exclusive")
+	}
+}
+
+// TestNotifyActor: partition changes as messages to a user actor; the member
+// waits for the actor's answer before it moves on. Also CommitAsync and Mark.
+func TestNotifyActor(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "t"), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seed := c.ListenAddrs()[0]
+	system := actor.NewActorSystem()
+	events := make(chan string, 16)
+	pid := system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if ev, ok := ctx.Message().(*member.PartitionsEvent); ok {
+			events <- fmt.Sprintf("%v %v", ev.Kind, flatten(ev.Partitions))
+			ctx.Respond(true)
+		}
+	}))
+	m, err := member.Start(system, "g", append(timing(), member.WithTransport(member.Kafka(seed)), member.Topics("t"), member.NotifyActor(pid))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		select {
+		case e := <-events:
+			return e
+		case <-time.After(20 * time.Second):
+			t.Fatal("no event")
+			return ""
+		}
+	}
+	if e := next(); e != "assigned [t/0 t/1 t/2 t/3]" {
+		t.Fatalf("first event %q", e)
+	}
+	done := make(chan error, 1)
+	m.CommitAsync(map[string]map[int32]int64{"t": {0: 7}}, func(err error) { done <- err })
+	if err := <-done; err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	m.Mark("t", 1, 9)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e != "revoked [t/0 t/1 t/2 t/3]" {
+		t.Fatalf("close event %q", e)
+	}
+	got, err := kafkaFetcher(t, seed, "g")()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[tp{"t", 0}] != 7 || got[tp{"t", 1}] != 9 {
+		t.Fatalf("committed %v, want t/0=7 (CommitAsync) and t/1=9 (marked, committed at Close)", got)
+	}
+	if err := m.Commit(ctx, nil); !errors.Is(err, member.ErrIllegalState) {
+		t.Fatalf("commit after close: %v", err)
 	}
 }
