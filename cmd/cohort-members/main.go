@@ -189,7 +189,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		name := fmt.Sprintf("member-%d", i)
 		opts := []member.Opt{
 			member.Topics(o.topic),
-			member.Partitions(o.topic, int32(o.partitions)),
 			member.Balancers(bs...),
 			member.WithTransport(transport),
 			member.SessionTimeout(o.session),
@@ -204,9 +203,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}),
 			member.OnLost(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) { p.print(name, "lost", m, ps) }),
 		}
-		if o.kafka != "" {
-			// Kafka brokers size topics through Metadata.
-			opts = slicesWithout(opts, 1)
+		if o.kafka == "" {
+			// The native API has no topic metadata; over the Kafka protocol
+			// the leader asks the broker.
+			opts = append(opts, member.Partitions(o.topic, int32(o.partitions)))
 		}
 		if o.instancePrefix != "" {
 			opts = append(opts, member.InstanceID(fmt.Sprintf("%s-%d", o.instancePrefix, i)))
@@ -251,8 +251,4 @@ func run(args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	system.Shutdown()
 	return code
-}
-
-func slicesWithout[T any](s []T, i int) []T {
-	return append(s[:i:i], s[i+1:]...)
 }
