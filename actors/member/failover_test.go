@@ -193,3 +193,49 @@ func createTopic(t testing.TB, seeds []string, name string, partitions int32) {
 		t.Fatalf("create topic %s: %v", name, kerr.ErrorForCode(code))
 	}
 }
+
+// TestCoordinatorGoneLosesAfterSession: when the only coordinator dies the
+// members cannot know whether their partitions were handed out, so after a
+// session timeout without an answer they report them lost (never revoked);
+// once the coordinator is back they join again and the group settles.
+func TestCoordinatorGoneLosesAfterSession(t *testing.T) {
+	c := cohortd(t)
+	node := c.Node(0)
+	want := allPartitions("t", 12)
+	g := newGroup(t, c, "gone", append(timing(), member.WithTransport(member.Native(node.RemoteAddr)), member.Partitions("t", 12), member.Topics("t"))...)
+	g.add()
+	g.add()
+	g.settle(want)
+	killed := time.Now()
+	c.Kill(0)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		g.h.mu.Lock()
+		n := len(g.h.lost)
+		g.h.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d members reported lost 30s after the coordinator died", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	after := time.Since(killed)
+	if after < 5*time.Second { // session timeout 6s from the last answer, heartbeats every 300ms
+		t.Fatalf("lost %v after the kill, before the session timeout", after)
+	}
+	t.Logf("both members reported lost %v after the coordinator died", after.Round(time.Millisecond))
+	for _, m := range g.members {
+		if len(m.owned()) != 0 || m.m.Generation() != -1 {
+			t.Fatalf("%s owns %v in generation %d after losing", m.n, m.owned(), m.m.Generation())
+		}
+	}
+	c.Restart(0)
+	g.describe = nativeDescriber(g.system, c.Node(0).RemoteAddr, "gone")
+	g.settle(want)
+	g.h.mu.Lock()
+	g.h.lost = nil
+	g.h.mu.Unlock()
+	g.h.check(t)
+}
