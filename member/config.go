@@ -14,6 +14,7 @@ const (
 	DefaultHeartbeatInterval = 3 * time.Second
 	DefaultRetryBackoff      = 100 * time.Millisecond
 	DefaultMaxRetryBackoff   = 5 * time.Second
+	DefaultMetadataMaxAge    = 5 * time.Minute
 )
 
 // DefaultBalancers is the assignor list of a member that sets none:
@@ -42,6 +43,10 @@ type Config struct {
 	Partitions map[string]int32
 	// ClientID is sent with every request where the protocol has one.
 	ClientID string
+	// MetadataMaxAge is how often the leader asks for the partition counts
+	// of the topics it assigned from Metadata (metadata.max.age.ms) and
+	// rejoins when one changed.
+	MetadataMaxAge time.Duration
 }
 
 // Validate fills in defaults and checks c.
@@ -92,6 +97,7 @@ func (c *Config) Validate() error {
 		{&c.HeartbeatInterval, DefaultHeartbeatInterval, "heartbeat interval"},
 		{&c.RetryBackoff, DefaultRetryBackoff, "retry backoff"},
 		{&c.MaxRetryBackoff, DefaultMaxRetryBackoff, "max retry backoff"},
+		{&c.MetadataMaxAge, DefaultMetadataMaxAge, "metadata max age"},
 	} {
 		if err := def(f.d, f.v, f.name); err != nil {
 			return err

@@ -90,7 +90,15 @@ const (
 	TimerSession
 	// TimerRetry: the backoff before retrying a failed step is over.
 	TimerRetry
+	// TimerMetadata: the leader checks whether the partition counts it
+	// assigned from changed.
+	TimerMetadata
+
+	numTimers = iota + 1
 )
+
+// NumTimers bounds the timer kinds (for owners that keep one slot per kind).
+const NumTimers = numTimers
 
 func (k TimerKind) String() string {
 	switch k {
@@ -100,6 +108,8 @@ func (k TimerKind) String() string {
 		return "session"
 	case TimerRetry:
 		return "retry"
+	case TimerMetadata:
+		return "metadata"
 	}
 	return "unknown"
 }

@@ -247,3 +247,21 @@ func wantErr(t *testing.T, got, want error) {
 		t.Fatalf("error %v, want %v", got, want)
 	}
 }
+
+// idle advances virtual time by dt in steps, answering every heartbeat.
+func (d *drv) idle(dt time.Duration) {
+	end := d.now.Add(dt)
+	for d.now.Before(end) {
+		step := min(100*time.Millisecond, end.Sub(d.now))
+		d.advance(step)
+		for i := 0; i < len(d.reqs); {
+			if _, ok := d.reqs[i].Msg.(*pb.HeartbeatRequest); ok {
+				id := d.reqs[i].ID
+				d.reqs = slices.Delete(d.reqs, i, i+1)
+				d.respond(id, &pb.HeartbeatResponse{}, nil)
+				continue
+			}
+			i++
+		}
+	}
+}

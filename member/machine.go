@@ -93,8 +93,12 @@ type Machine struct {
 	protocol   string // selected in the current generation
 	leader     bool
 	members    []*pb.JoinGroupMember // the leader's view of the join
-	owned      set
-	marks      map[TopicPartition]int64
+	// assignedFrom: the partition counts the leader took from Metadata for
+	// its assignment in this generation (nil when none or not leader).
+	assignedFrom   map[string]int32
+	metadataTopics []string // the topics the leader sized from Metadata
+	owned          set
+	marks          map[TopicPartition]int64
 
 	rejoinReason string
 	followUp     bool // a rejoin is due once the waiting callback returns
@@ -234,7 +238,7 @@ func (m *Machine) startJoin(fx *Effects) {
 		return
 	}
 	m.followUp = false
-	m.leader, m.members = false, nil
+	m.leader, m.members, m.assignedFrom = false, nil, nil
 	if len(m.owned) > 0 && !m.Cooperative(m.protocol) {
 		revoked := m.owned
 		m.owned = set{}
@@ -288,7 +292,7 @@ func (m *Machine) reset(fx *Effects, keepID bool) {
 	}
 	m.joinID, m.syncID, m.metaID = 0, 0, 0
 	m.generation = assignor.DefaultGeneration
-	m.protocol, m.leader, m.members = "", false, nil
+	m.protocol, m.leader, m.members, m.assignedFrom = "", false, nil, nil
 	if !keepID {
 		m.memberID = ""
 	}
@@ -485,6 +489,7 @@ func (m *Machine) assign(fx *Effects) {
 			missing = append(missing, t)
 		}
 	}
+	m.metadataTopics = missing
 	if len(missing) == 0 {
 		m.sendSync(fx, m.balance(nil))
 		return
@@ -508,11 +513,48 @@ func (m *Machine) subscribedTopics() []string {
 }
 
 func (m *Machine) onMetadata(r *MetadataResponse, err error, fx *Effects) {
+	if m.phase == Stable {
+		m.onMetadataCheck(r, err, fx)
+		return
+	}
+	if m.phase != Assigning {
+		return
+	}
 	if err != nil || r == nil {
 		m.retryAfter(fx, retryMetadata)
 		return
 	}
+	m.assignedFrom = map[string]int32{}
+	for t, n := range r.Partitions {
+		if _, sized := m.cfg.Partitions[t]; !sized {
+			m.assignedFrom[t] = n
+		}
+	}
 	m.sendSync(fx, m.balance(r.Partitions))
+}
+
+// onMetadataCheck: the leader's periodic look at the partition counts it
+// assigned from. A changed count (a topic grew, or appeared) means a new
+// assignment: rejoin, as Kafka's leader does.
+func (m *Machine) onMetadataCheck(r *MetadataResponse, err error, fx *Effects) {
+	if err == nil && r != nil && m.leader {
+		for t, n := range r.Partitions {
+			if old, ok := m.assignedFrom[t]; ok && old != n || !ok && n > 0 && m.subscribedMissing(t) {
+				m.rejoinReason = fmt.Sprintf("partitions of %s changed from %d to %d", t, old, n)
+				m.startJoin(fx)
+				return
+			}
+		}
+	}
+	if m.leader && len(m.metadataTopics) > 0 {
+		fx.arm(TimerMetadata, m.cfg.MetadataMaxAge)
+	}
+}
+
+// subscribedMissing reports whether t was subscribed but unknown (so
+// unassigned) when the leader assigned.
+func (m *Machine) subscribedMissing(t string) bool {
+	return slices.Contains(m.metadataTopics, t) && m.assignedFrom[t] == 0
 }
 
 // balance runs the selected assignor over the members' subscriptions.
@@ -611,6 +653,9 @@ func (m *Machine) onSync(r *pb.SyncGroupResponse, err error, fx *Effects) {
 		return
 	}
 	m.phase = Stable
+	if m.leader && len(m.metadataTopics) > 0 {
+		fx.arm(TimerMetadata, m.cfg.MetadataMaxAge)
+	}
 	next := setOf(a.Topics)
 	subscribed := map[string]bool{}
 	for _, t := range m.cfg.Topics {
@@ -729,6 +774,10 @@ func (m *Machine) OnTimer(now time.Time, kind TimerKind, fx *Effects) {
 			}
 		case retryHeartbeat:
 			m.sendHeartbeat(fx)
+		}
+	case TimerMetadata:
+		if m.phase == Stable && m.leader && m.metaID == 0 && len(m.metadataTopics) > 0 {
+			m.metaID = m.send(fx, &MetadataRequest{Topics: m.metadataTopics})
 		}
 	}
 }

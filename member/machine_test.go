@@ -800,3 +800,47 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("defaults %+v", c)
 	}
 }
+
+// The leader looks at the partition counts it assigned from Metadata every
+// MetadataMaxAge and rejoins when one changed.
+func TestLeaderRejoinsWhenPartitionsChange(t *testing.T) {
+	cfg := testConfig(coopOnly...)
+	cfg.Partitions = nil
+	cfg.MetadataMaxAge = time.Minute
+	d := newDrv(t, cfg)
+	d.found(true)
+	id, req := take[*pb.JoinGroupRequest](d)
+	self := &pb.JoinGroupMember{MemberId: "m1", Metadata: req.GetProtocols()[0].GetMetadata()}
+	d.respond(id, joinOK("m1", 1, "cooperative-sticky", "m1", self), nil)
+	id, _ = take[*MetadataRequest](d)
+	d.respond(id, &MetadataResponse{Partitions: map[string]int32{"t": 2}}, nil)
+	d.syncWith(tp("t", 0, 1))
+	d.callback(Assigned, "t[0 1]")
+	// Unchanged: nothing happens, the check comes again.
+	d.idle(time.Minute)
+	id, meta := take[*MetadataRequest](d)
+	if len(meta.Topics) != 1 || meta.Topics[0] != "t" {
+		t.Fatalf("metadata check %v", meta)
+	}
+	d.respond(id, &MetadataResponse{Partitions: map[string]int32{"t": 2}}, nil)
+	none[*pb.JoinGroupRequest](d)
+	d.idle(time.Minute)
+	id, _ = take[*MetadataRequest](d)
+	d.respond(id, &MetadataResponse{Partitions: map[string]int32{"t": 3}}, nil)
+	_, join := take[*pb.JoinGroupRequest](d)
+	if join.GetReason() == "" || ownedOf(t, join, "cooperative-sticky") != "t[0 1]" {
+		t.Fatalf("rejoin %v", join)
+	}
+	d.noCallbacks()
+}
+
+// A follower never checks metadata.
+func TestFollowerDoesNotCheckMetadata(t *testing.T) {
+	cfg := testConfig(coopOnly...)
+	cfg.Partitions = nil
+	cfg.MetadataMaxAge = time.Second
+	d := newDrv(t, cfg)
+	d.stable(true, 1, "cooperative-sticky", tp("t", 0))
+	d.idle(10 * time.Second)
+	none[*MetadataRequest](d)
+}

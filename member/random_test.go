@@ -225,7 +225,7 @@ func explore(t *testing.T, c chooser, steps int) {
 			absorb(fmt.Sprintf("callback %v done", cb.Kind))
 		case k < 8:
 			now = now.Add(time.Duration(c.intn(3000)) * time.Millisecond)
-			kind := TimerKind(1 + c.intn(3))
+			kind := TimerKind(1 + c.intn(int(NumTimers)-1))
 			m.OnTimer(now, kind, &fx)
 			absorb("timer " + kind.String())
 		case k == 8:

@@ -55,7 +55,7 @@ type memberActor struct {
 	root *actor.RootContext
 	log  *slog.Logger
 
-	timers [machine.TimerRetry + 1]timerSlot
+	timers [machine.NumTimers]timerSlot
 	seq    uint64
 
 	queue   []machine.Callback

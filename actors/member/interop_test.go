@@ -374,3 +374,37 @@ func TestNotifyActor(t *testing.T) {
 		t.Fatalf("commit after close: %v", err)
 	}
 }
+
+// TestPartitionsGrow: over the Kafka transport the leader notices a topic
+// grew and rebalances, so the new partitions get owners.
+func TestPartitionsGrow(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "t"), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	seed := c.ListenAddrs()[0]
+	g := newGroupOn(t, actor.NewActorSystem(), kafkaDescriber(t, seed, "g"), "g",
+		append(timing(), member.WithTransport(member.Kafka(seed)), member.Topics("t"), member.MetadataMaxAge(500*time.Millisecond))...)
+	g.add()
+	g.add()
+	g.settle(allPartitions("t", 4))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	rt := kmsg.NewCreatePartitionsRequestTopic()
+	rt.Topic, rt.Count = "t", 8
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 5000
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := req.RequestWith(ctx, cl)
+	if err != nil || res.Topics[0].ErrorCode != 0 {
+		t.Fatalf("create partitions: %v %v", err, res)
+	}
+	t.Logf("settled on 8 partitions in %v", g.settle(allPartitions("t", 8)))
+	g.h.check(t)
+}

@@ -77,6 +77,11 @@ func Partitions(topic string, n int32) Opt {
 	}
 }
 
+// MetadataMaxAge sets how often the leader looks at the partition counts of
+// the topics it sized from Metadata and rejoins when one changed
+// (metadata.max.age.ms; default 5m). Topics sized with Partitions are fixed.
+func MetadataMaxAge(d time.Duration) Opt { return func(c *config) { c.m.MetadataMaxAge = d } }
+
 // ClientID sets the client id sent with requests.
 func ClientID(id string) Opt { return func(c *config) { c.m.ClientID = id } }
 
