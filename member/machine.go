@@ -707,14 +707,22 @@ func (m *Machine) onHeartbeat(r *pb.HeartbeatResponse, err error, fx *Effects) {
 		return
 	}
 	if err != nil || r == nil {
-		if m.phase == Stable {
+		switch m.phase {
+		case Stable:
 			m.rediscover(fx, Stable)
-		} else {
+		case Closing:
+		default:
 			m.armHeartbeat(fx)
 		}
 		return
 	}
 	code := int16(r.GetErrorCode())
+	if m.phase == Closing {
+		if code == 0 || code == kerr.RebalanceInProgress.Code {
+			m.armHeartbeat(fx)
+		}
+		return // the member is leaving either way
+	}
 	stale := m.hbGeneration != m.generation
 	switch {
 	case code == 0:
@@ -988,8 +996,9 @@ func (m *Machine) Close(now time.Time, fx *Effects) {
 		return
 	}
 	m.phase = Closing
-	m.joinID, m.syncID, m.hbID, m.metaID, m.findID = 0, 0, 0, 0, 0
-	fx.cancel(TimerHeartbeat)
+	m.joinID, m.syncID, m.metaID, m.findID = 0, 0, 0, 0
+	// Heartbeats go on while the revoke callback runs, so that the session
+	// does not expire (and the partitions move) before it returned.
 	fx.cancel(TimerRetry)
 	fx.cancel(TimerSession)
 	m.closeStage = closeRevoke
@@ -1036,6 +1045,8 @@ func (m *Machine) closeStep(fx *Effects) {
 		fallthrough
 	case closeLeave:
 		m.closeStage = closeDone
+		fx.cancel(TimerHeartbeat)
+		m.hbID = 0
 		if m.cfg.InstanceID == "" && m.memberID != "" {
 			reason := "member closed"
 			m.leaveID = m.send(fx, &pb.LeaveGroupRequest{GroupId: m.cfg.Group, Members: []*pb.MemberIdentity{{MemberId: m.memberID, Reason: &reason}}})

@@ -844,3 +844,24 @@ func TestFollowerDoesNotCheckMetadata(t *testing.T) {
 	d.idle(10 * time.Second)
 	none[*MetadataRequest](d)
 }
+
+// A slow revoke at Close keeps the session alive with heartbeats; an error
+// answer to one does not make a closing member join again.
+func TestCloseHeartbeatsWhileRevoking(t *testing.T) {
+	d := newDrv(t, testConfig(coopOnly...))
+	d.stable(true, 2, "cooperative-sticky", tp("t", 0))
+	d.m.Close(d.now, &d.fx)
+	d.collect()
+	cb := d.callback(Revoked, "t[0]")
+	d.idle(30 * time.Second) // three session timeouts
+	d.noCallbacks()
+	d.advance(time.Second)
+	id, _ := take[*pb.HeartbeatRequest](d)
+	d.respond(id, &pb.HeartbeatResponse{ErrorCode: int32(kerr.IllegalGeneration.Code)}, nil)
+	none[*pb.JoinGroupRequest](d)
+	d.noCallbacks()
+	d.done(cb)
+	take[*pb.LeaveGroupRequest](d)
+	d.advance(10 * time.Second)
+	none[*pb.HeartbeatRequest](d)
+}
