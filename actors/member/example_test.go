@@ -28,7 +28,7 @@ func ExampleStart() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m.Mark("orders", 3, 42)                 // commit with m.Commit(ctx, nil), m.CommitAsync, or at Close
+	m.Mark("orders", 3, 42)                // commit with m.Commit(ctx, nil), m.CommitAsync, or at Close
 	err = m.EnforceRebalance("scaling up") // KIP-568; keeps what a cooperative member owns
 	err = m.Close(ctx)                     // revoke, commit what is marked, leave
 	_ = err
