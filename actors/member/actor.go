@@ -38,9 +38,14 @@ type (
 	forceStop  struct{}
 )
 
+// timerSlot is one armed timer of a kind. Re-arming it for later (the
+// session timer, on every answer) only moves deadline: the timer fires at
+// fireAt and waits for the rest then.
 type timerSlot struct {
-	t   *time.Timer
-	seq uint64
+	t        *time.Timer
+	seq      uint64
+	deadline time.Time
+	fireAt   time.Time
 }
 
 // memberActor shells one machine.Machine: it runs the machine's requests on
@@ -103,6 +108,10 @@ func (a *memberActor) Receive(ctx actor.Context) {
 		slot := &a.timers[msg.kind]
 		if slot.t == nil || slot.seq != msg.seq {
 			return // re-armed or cancelled since
+		}
+		if now := time.Now(); now.Before(slot.deadline) {
+			a.arm(slot, msg.kind, slot.deadline.Sub(now), slot.deadline)
+			return
 		}
 		slot.t = nil
 		a.mc.OnTimer(time.Now(), msg.kind, &a.fx)
@@ -238,18 +247,31 @@ func (a *memberActor) invoke(cb machine.Callback) {
 
 func (a *memberActor) setTimer(op machine.TimerOp) {
 	slot := &a.timers[op.Kind]
-	if slot.t != nil {
-		slot.t.Stop()
-		slot.t = nil
-	}
 	if op.Cancel {
+		if slot.t != nil {
+			slot.t.Stop()
+			slot.t = nil
+		}
 		return
 	}
+	deadline := time.Now().Add(op.After)
+	if slot.t != nil && !deadline.Before(slot.fireAt) {
+		slot.deadline = deadline
+		return
+	}
+	a.arm(slot, op.Kind, op.After, deadline)
+}
+
+// arm (re)starts slot's timer to fire after d, for deadline.
+func (a *memberActor) arm(slot *timerSlot, kind machine.TimerKind, d time.Duration, deadline time.Time) {
+	if slot.t != nil {
+		slot.t.Stop()
+	}
 	a.seq++
-	slot.seq = a.seq
-	msg := &timerFired{kind: op.Kind, seq: a.seq}
+	slot.seq, slot.deadline, slot.fireAt = a.seq, deadline, time.Now().Add(d)
+	msg := &timerFired{kind: kind, seq: a.seq}
 	self, root := a.self, a.root
-	slot.t = time.AfterFunc(op.After, func() { root.Send(self, msg) })
+	slot.t = time.AfterFunc(d, func() { root.Send(self, msg) })
 }
 
 func (a *memberActor) stopTimers() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -125,8 +126,17 @@ func BenchmarkIdleMembers(b *testing.B) {
 		b.ReportMetric(float64(after-before)/float64(members), "B/member")
 		b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/float64(members), "goroutines/member")
 
+		if path := os.Getenv("COHORT_BENCH_CPUPROFILE"); path != "" {
+			f, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pprof.StartCPUProfile(f)
+			defer f.Close()
+		}
 		hb0, cpu0, srv0 := hb.Load(), cpuSelf(), cpuOf(node.Cmd.Process.Pid)
 		time.Sleep(10 * time.Second)
+		pprof.StopCPUProfile()
 		beats := hb.Load() - hb0
 		b.ReportMetric(float64(cpuSelf()-cpu0)/float64(beats), "member-cpu-ns/heartbeat")
 		b.ReportMetric(float64(cpuOf(node.Cmd.Process.Pid)-srv0)/float64(beats), "cohortd-cpu-ns/heartbeat")
