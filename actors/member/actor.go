@@ -44,9 +44,15 @@ type (
 type timerSlot struct {
 	t        *time.Timer
 	seq      uint64
-	deadline time.Time
-	fireAt   time.Time
+	deadline time.Duration // since epoch (monotonic)
+	fireAt   time.Duration
 }
+
+// epoch is the origin of timer deadlines: durations since it are 8 bytes
+// and monotonic.
+var epoch = time.Now()
+
+func sinceEpoch() time.Duration { return time.Since(epoch) }
 
 // memberActor shells one machine.Machine: it runs the machine's requests on
 // the transport, its timers on the clock and its callbacks on a goroutine,
@@ -81,15 +87,12 @@ type memberActor struct {
 }
 
 func newMemberActor(m *Member, tr Transport) *memberActor {
-	ctx, cancel := context.WithCancel(context.Background())
 	return &memberActor{
-		m:        m,
-		mc:       machine.New(m.cfg.m),
-		tr:       tr,
-		log:      m.cfg.log.With(slog.String("group", m.group)),
-		cbCtx:    ctx,
-		cbCancel: cancel,
-		lastGen:  -1,
+		m:       m,
+		mc:      machine.New(m.cfg.m),
+		tr:      tr,
+		log:     m.cfg.log.With(slog.String("group", m.group)),
+		lastGen: -1,
 	}
 }
 
@@ -109,8 +112,8 @@ func (a *memberActor) Receive(ctx actor.Context) {
 		if slot.t == nil || slot.seq != msg.seq {
 			return // re-armed or cancelled since
 		}
-		if now := time.Now(); now.Before(slot.deadline) {
-			a.arm(slot, msg.kind, slot.deadline.Sub(now), slot.deadline)
+		if now := sinceEpoch(); now < slot.deadline {
+			a.arm(slot, msg.kind, slot.deadline-now, slot.deadline)
 			return
 		}
 		slot.t = nil
@@ -211,6 +214,9 @@ func (a *memberActor) runNext() {
 	a.queue[0] = machine.Callback{}
 	a.queue = a.queue[1:]
 	a.running = true
+	if a.cbCtx == nil {
+		a.cbCtx, a.cbCancel = context.WithCancel(context.Background())
+	}
 	self, root := a.self, a.root
 	go func() {
 		defer root.Send(self, &callbackDone{token: cb.Token})
@@ -254,8 +260,8 @@ func (a *memberActor) setTimer(op machine.TimerOp) {
 		}
 		return
 	}
-	deadline := time.Now().Add(op.After)
-	if slot.t != nil && !deadline.Before(slot.fireAt) {
+	deadline := sinceEpoch() + op.After
+	if slot.t != nil && deadline >= slot.fireAt {
 		slot.deadline = deadline
 		return
 	}
@@ -263,12 +269,12 @@ func (a *memberActor) setTimer(op machine.TimerOp) {
 }
 
 // arm (re)starts slot's timer to fire after d, for deadline.
-func (a *memberActor) arm(slot *timerSlot, kind machine.TimerKind, d time.Duration, deadline time.Time) {
+func (a *memberActor) arm(slot *timerSlot, kind machine.TimerKind, d, deadline time.Duration) {
 	if slot.t != nil {
 		slot.t.Stop()
 	}
 	a.seq++
-	slot.seq, slot.deadline, slot.fireAt = a.seq, deadline, time.Now().Add(d)
+	slot.seq, slot.deadline, slot.fireAt = a.seq, deadline, sinceEpoch()+d
 	msg := &timerFired{kind: kind, seq: a.seq}
 	self, root := a.self, a.root
 	slot.t = time.AfterFunc(d, func() { root.Send(self, msg) })
@@ -290,7 +296,9 @@ func (a *memberActor) finish(ctx actor.Context) {
 	}
 	a.finished = true
 	a.stopTimers()
-	a.cbCancel()
+	if a.cbCancel != nil {
+		a.cbCancel()
+	}
 	a.tr.Close()
 	for token, done := range a.commitWaiters {
 		delete(a.commitWaiters, token)
