@@ -57,6 +57,11 @@ type Client struct{ system *actor.ActorSystem }
 // NewClient returns a client that sends through system.
 func NewClient(system *actor.ActorSystem) *Client { return &Client{system: system} }
 
+// System returns the client's actor system (it runs protoactor remote when
+// the client came from Listen), for other native API clients in the same
+// process: a process runs at most one protoactor remote.
+func (c *Client) System() *actor.ActorSystem { return c.system }
+
 // Listen starts an actor system with protoactor remote on listen
 // (host:port; port 0 picks a free port) and returns a client on it. One
 // process runs at most one protoactor remote.

@@ -1,0 +1,180 @@
+package member
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/cohort-coord/cohort/assignor"
+	machine "github.com/cohort-coord/cohort/member"
+)
+
+// Opt configures a member, in the style of franz-go's kgo.Opt.
+type Opt func(*config)
+
+type config struct {
+	m              machine.Config
+	transport      TransportFactory
+	bootstrap      []string
+	requestTimeout time.Duration
+	handler        Handler
+	notify         *actor.PID
+	log            *slog.Logger
+}
+
+// Topics sets the subscription (required).
+func Topics(topics ...string) Opt {
+	return func(c *config) { c.m.Topics = append(c.m.Topics, topics...) }
+}
+
+// Balancers sets the assignors in preference order. Default:
+// [cooperative-sticky, range] (assignor.CooperativeSticky, assignor.Range).
+func Balancers(bs ...assignor.Balancer) Opt {
+	return func(c *config) { c.m.Balancers = bs }
+}
+
+// InstanceID makes the member static (group.instance.id, KIP-345): restarted
+// within its session timeout it gets its partitions back without a
+// rebalance.
+func InstanceID(id string) Opt { return func(c *config) { c.m.InstanceID = id } }
+
+// Rack sets the member's rack (client.rack) for rack-aware assignors.
+func Rack(rack string) Opt { return func(c *config) { c.m.Rack = rack } }
+
+// SessionTimeout sets session.timeout.ms (default 45s).
+func SessionTimeout(d time.Duration) Opt { return func(c *config) { c.m.SessionTimeout = d } }
+
+// RebalanceTimeout sets the rebalance timeout (max.poll.interval.ms in the
+// Java consumer; default 60s): how long the group waits for members to
+// rejoin, and so how long revoke callbacks may take.
+func RebalanceTimeout(d time.Duration) Opt { return func(c *config) { c.m.RebalanceTimeout = d } }
+
+// HeartbeatInterval sets heartbeat.interval.ms (default 3s).
+func HeartbeatInterval(d time.Duration) Opt { return func(c *config) { c.m.HeartbeatInterval = d } }
+
+// RetryBackoff sets the first and the largest backoff between retries of a
+// failed step (defaults 100ms and 5s).
+func RetryBackoff(first, max time.Duration) Opt {
+	return func(c *config) { c.m.RetryBackoff, c.m.MaxRetryBackoff = first, max }
+}
+
+// RequestTimeout bounds every request but JoinGroup, which may take the
+// rebalance timeout more (default 10s).
+func RequestTimeout(d time.Duration) Opt { return func(c *config) { c.requestTimeout = d } }
+
+// Partitions sizes a topic for the leader's assignment. Over the native
+// transport (which has no topic metadata) every subscribed topic must be
+// sized this way; over the Kafka transport unsized topics are looked up with
+// Metadata.
+func Partitions(topic string, n int32) Opt {
+	return func(c *config) {
+		if c.m.Partitions == nil {
+			c.m.Partitions = map[string]int32{}
+		}
+		c.m.Partitions[topic] = n
+	}
+}
+
+// MetadataMaxAge sets how often the leader looks at the partition counts of
+// the topics it sized from Metadata and rejoins when one changed
+// (metadata.max.age.ms; default 5m). Topics sized with Partitions are fixed.
+func MetadataMaxAge(d time.Duration) Opt { return func(c *config) { c.m.MetadataMaxAge = d } }
+
+// ClientID sets the client id sent with requests.
+func ClientID(id string) Opt { return func(c *config) { c.m.ClientID = id } }
+
+// Bootstrap sets the native API addresses of cohortd nodes for the default
+// native transport (default 127.0.0.1:8090).
+func Bootstrap(addrs ...string) Opt {
+	return func(c *config) { c.bootstrap = append(c.bootstrap, addrs...) }
+}
+
+// WithTransport replaces the default native transport, e.g. with
+// Kafka(seeds...) or Native(addrs...).
+func WithTransport(f TransportFactory) Opt { return func(c *config) { c.transport = f } }
+
+// WithHandler sets the callbacks for assigned, revoked and lost partitions.
+func WithHandler(h Handler) Opt { return func(c *config) { c.handler = h } }
+
+// OnAssigned, OnRevoked and OnLost set one callback each (see Handler).
+func OnAssigned(f func(context.Context, *Member, []assignor.TopicPartitions)) Opt {
+	return func(c *config) { c.funcs().assigned = f }
+}
+
+// OnRevoked: see OnAssigned.
+func OnRevoked(f func(context.Context, *Member, []assignor.TopicPartitions)) Opt {
+	return func(c *config) { c.funcs().revoked = f }
+}
+
+// OnLost: see OnAssigned.
+func OnLost(f func(context.Context, *Member, []assignor.TopicPartitions)) Opt {
+	return func(c *config) { c.funcs().lost = f }
+}
+
+// NotifyActor delivers every assigned, revoked and lost as a *PartitionsEvent
+// message to a user actor, with Request semantics: the member waits for the
+// actor's answer (any message, sent with ctx.Respond) before it moves on,
+// for at most the rebalance timeout.
+func NotifyActor(pid *actor.PID) Opt { return func(c *config) { c.notify = pid } }
+
+// Logger sets the logger (default slog.Default()).
+func Logger(l *slog.Logger) Opt { return func(c *config) { c.log = l } }
+
+func (c *config) funcs() *funcHandler {
+	if f, ok := c.handler.(*funcHandler); ok {
+		return f
+	}
+	f := &funcHandler{}
+	c.handler = f
+	return f
+}
+
+// Handler receives partition changes. Callbacks run one at a time, in order,
+// on a goroutine of their own (never on the member's actor), so they may
+// block and may call the member's methods (Commit from Revoked, for example).
+// The member does not send its next JoinGroup (eager), its follow-up
+// JoinGroup (cooperative) or its SyncGroup (downgrade) before Revoked or Lost
+// has returned.
+type Handler interface {
+	// Assigned: the partitions are now the member's. Called after every
+	// completed rebalance, with the newly added partitions (maybe none).
+	Assigned(ctx context.Context, m *Member, ps []assignor.TopicPartitions)
+	// Revoked: the member gives the partitions up; nobody else gets them
+	// before this returns.
+	Revoked(ctx context.Context, m *Member, ps []assignor.TopicPartitions)
+	// Lost: the partitions may already be another member's (session
+	// expired, fenced, generation gone); they were not revoked.
+	Lost(ctx context.Context, m *Member, ps []assignor.TopicPartitions)
+}
+
+type funcHandler struct {
+	assigned, revoked, lost func(context.Context, *Member, []assignor.TopicPartitions)
+}
+
+func (f *funcHandler) Assigned(ctx context.Context, m *Member, ps []assignor.TopicPartitions) {
+	if f.assigned != nil {
+		f.assigned(ctx, m, ps)
+	}
+}
+
+func (f *funcHandler) Revoked(ctx context.Context, m *Member, ps []assignor.TopicPartitions) {
+	if f.revoked != nil {
+		f.revoked(ctx, m, ps)
+	}
+}
+
+func (f *funcHandler) Lost(ctx context.Context, m *Member, ps []assignor.TopicPartitions) {
+	if f.lost != nil {
+		f.lost(ctx, m, ps)
+	}
+}
+
+// PartitionsEvent is the message NotifyActor sends.
+type PartitionsEvent struct {
+	Member     *Member
+	Kind       machine.CallbackKind // machine.Assigned, Revoked or Lost
+	Partitions []assignor.TopicPartitions
+	Generation int32
+}

@@ -1,0 +1,254 @@
+// Command cohort-members runs N members of one group in one process and
+// prints every assigned, revoked and lost as it happens, so that one can
+// watch partitions move as members come and go (run it in several
+// terminals, stop one with Ctrl-C).
+//
+//	go run ./cmd/cohortd &
+//	go run ./cmd/cohort-members --members 3
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/remote"
+
+	"github.com/cohort-coord/cohort/actors/member"
+	"github.com/cohort-coord/cohort/assignor"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type options struct {
+	group, topic   string
+	partitions     int
+	members        int
+	remote, kafka  string
+	listen         string
+	balancers      string
+	instancePrefix string
+	session        time.Duration
+	debug          bool
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("cohort-members", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.group, "group", "demo", "group id")
+	fs.StringVar(&o.topic, "topic", "demo", "topic the members subscribe to")
+	fs.IntVar(&o.partitions, "partitions", 12, "partitions of the topic (the native API has no topic metadata; ignored with --kafka)")
+	fs.IntVar(&o.members, "members", 3, "members to run in this process")
+	fs.StringVar(&o.remote, "remote", member.DefaultBootstrap, "comma-separated native API addresses of cohortd nodes")
+	fs.StringVar(&o.kafka, "kafka", "", "comma-separated Kafka listener addresses: use the Kafka protocol instead of the native API (works against any Kafka broker too)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "host:port where this process receives native API answers (port 0 picks one)")
+	fs.StringVar(&o.balancers, "balancers", "cooperative-sticky,range", "assignors in preference order: range, roundrobin, sticky, cooperative-sticky")
+	fs.StringVar(&o.instancePrefix, "instance-prefix", "", "make members static: instance ids <prefix>-1, <prefix>-2, ...")
+	fs.DurationVar(&o.session, "session-timeout", 10*time.Second, "session timeout")
+	fs.BoolVar(&o.debug, "debug", false, "log every answer the members get")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.members < 1 {
+		return o, fmt.Errorf("--members %d: at least one", o.members)
+	}
+	if o.partitions < 1 || o.partitions > 1<<20 {
+		return o, fmt.Errorf("--partitions %d: between 1 and %d", o.partitions, 1<<20)
+	}
+	if _, err := balancers(o.balancers); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func balancers(spec string) ([]assignor.Balancer, error) {
+	var bs []assignor.Balancer
+	for _, name := range strings.Split(spec, ",") {
+		b, ok := assignor.ByName(strings.TrimSpace(name))
+		if !ok {
+			return nil, fmt.Errorf("--balancers: unknown assignor %q (range, roundrobin, sticky, cooperative-sticky)", name)
+		}
+		bs = append(bs, b)
+	}
+	return bs, nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// startRemote starts protoactor remote on listen (a free port for port 0).
+func startRemote(system *actor.ActorSystem, listen string) (err error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: bad port", listen)
+	}
+	if port == 0 {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return fmt.Errorf("--listen %q: %w", listen, err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("native API endpoint on %s:%d: %v", host, port, p)
+		}
+	}()
+	remote.NewRemote(system, remote.Configure(host, port)).Start()
+	return nil
+}
+
+// printer writes one line per partition change.
+type printer struct {
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func (p *printer) print(name, kind string, m *member.Member, ps []assignor.TopicPartitions) {
+	if kind == "assigned" && len(ps) == 0 {
+		return
+	}
+	var parts []string
+	for _, tp := range ps {
+		for _, n := range tp.Partitions {
+			parts = append(parts, fmt.Sprintf("%s/%d", tp.Topic, n))
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, "%s %-10s %-8s gen=%-3d [%s]  now owns %d\n", time.Now().Format("15:04:05.000"), name, kind,
+		m.Generation(), strings.Join(parts, " "), count(m.Assignment()))
+}
+
+func count(ps []assignor.TopicPartitions) int {
+	n := 0
+	for _, tp := range ps {
+		n += len(tp.Partitions)
+	}
+	return n
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	o, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+		return 2
+	}
+	level := slog.LevelWarn
+	if o.debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	quiet := slog.New(slog.DiscardHandler)
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	transport := member.Native(split(o.remote)...)
+	if o.kafka != "" {
+		transport = member.Kafka(split(o.kafka)...)
+	} else if err := startRemote(system, o.listen); err != nil {
+		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+		return 1
+	}
+	bs, _ := balancers(o.balancers)
+	p := &printer{out: stdout}
+	host, _ := os.Hostname()
+	var members []*member.Member
+	for i := 1; i <= o.members; i++ {
+		name := fmt.Sprintf("member-%d", i)
+		opts := []member.Opt{
+			member.Topics(o.topic),
+			member.Balancers(bs...),
+			member.WithTransport(transport),
+			member.SessionTimeout(o.session),
+			member.HeartbeatInterval(o.session / 10),
+			member.ClientID(fmt.Sprintf("%s-%s-%d", name, host, os.Getpid())),
+			member.Logger(log),
+			member.OnAssigned(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) {
+				p.print(name, "assigned", m, ps)
+			}),
+			member.OnRevoked(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) {
+				p.print(name, "revoked", m, ps)
+			}),
+			member.OnLost(func(_ context.Context, m *member.Member, ps []assignor.TopicPartitions) { p.print(name, "lost", m, ps) }),
+		}
+		if o.kafka == "" {
+			// The native API has no topic metadata; over the Kafka protocol
+			// the leader asks the broker.
+			opts = append(opts, member.Partitions(o.topic, int32(o.partitions)))
+		}
+		if o.instancePrefix != "" {
+			opts = append(opts, member.InstanceID(fmt.Sprintf("%s-%d", o.instancePrefix, i)))
+		}
+		m, err := member.Start(system, o.group, opts...)
+		if err != nil {
+			fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+			return 2
+		}
+		members = append(members, m)
+	}
+	fmt.Fprintf(stdout, "%d members of group %q on topic %q; Ctrl-C to leave\n", len(members), o.group, o.topic)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	failed := make(chan *member.Member, len(members))
+	for _, m := range members {
+		go func() {
+			<-m.Done()
+			failed <- m
+		}()
+	}
+	code := 0
+	select {
+	case <-ctx.Done():
+	case m := <-failed:
+		fmt.Fprintf(stderr, "cohort-members: member %s stopped: %v\n", m.MemberID(), m.Err())
+		code = 1
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, m := range members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.Close(closeCtx); err != nil && code == 0 {
+				fmt.Fprintf(stderr, "cohort-members: close: %v\n", err)
+			}
+		}()
+	}
+	wg.Wait()
+	system.Shutdown()
+	return code
+}
