@@ -53,7 +53,6 @@ type Setup struct {
 	root   string
 	binDir string
 	goBin  string
-	jsDir  string
 }
 
 // NewSetup builds the Go client driver (the interop test binary) into a
