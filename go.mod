@@ -20,6 +20,7 @@ require (
 
 require (
 	github.com/Workiva/go-datastructures v1.1.3 // indirect
+	github.com/anishathalye/porcupine v1.3.1 // indirect
 	github.com/armon/go-metrics v0.4.1 // indirect
 	github.com/asynkron/gofun v0.0.0-20220329210725-34fed760f4c2 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect

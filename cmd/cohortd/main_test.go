@@ -76,3 +76,24 @@ func TestInvalidValuesExitWith2(t *testing.T) {
 		}
 	}
 }
+
+func TestRaftPeerAddrsAndSnapshotFlags(t *testing.T) {
+	cfg, _, err := parseConfig([]string{"--raft-peer-addrs", "node2=127.0.0.1:7002, node3=127.0.0.1:7003", "--raft-snapshot-threshold", "64", "--raft-trailing-logs", "16"},
+		env(map[string]string{"COHORT_RAFT_SNAPSHOT_INTERVAL": "2s"}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Raft
+	if len(r.PeerAddrs) != 2 || r.PeerAddrs["node2"] != "127.0.0.1:7002" || r.PeerAddrs["node3"] != "127.0.0.1:7003" {
+		t.Errorf("peer addrs %v", r.PeerAddrs)
+	}
+	if r.SnapshotThreshold != 64 || r.TrailingLogs != 16 || r.SnapshotInterval != 2*time.Second {
+		t.Errorf("snapshot settings %d %d %v", r.SnapshotThreshold, r.TrailingLogs, r.SnapshotInterval)
+	}
+	for _, bad := range []string{"node2", "=127.0.0.1:1", "node2=nohostport"} {
+		var out bytes.Buffer
+		if code := run([]string{"--raft-peer-addrs", bad}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "raft-peer-addrs") {
+			t.Errorf("--raft-peer-addrs %q: exit %d, output %q", bad, code, out.String())
+		}
+	}
+}
