@@ -45,6 +45,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	return 0
 }
 
+// extraFlags register flags that only some builds have (seededbugs.go).
+var extraFlags []func(*flag.FlagSet)
+
 // parseConfig reads flags, falling back to COHORT_* variables, and validates
 // the result.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (node.Config, slog.Level, error) {
@@ -84,6 +87,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")
 	level := slog.LevelInfo
 	fs.TextVar(&level, "log-level", level, "debug, info, warn or error")
+	for _, f := range extraFlags {
+		f(fs)
+	}
 
 	if err := fs.Parse(args); err != nil {
 		return cfg, level, err
