@@ -77,10 +77,10 @@ func Check(rec *Record, floor Floor) *Report {
 	})
 	rep.Violations = vs
 
-	d := rec.FaultsEnd.Sub(rec.Start).Seconds()
+	d := rec.FaultsEnd.Sub(rec.FaultsStart).Seconds()
 	okOps := 0
 	for _, o := range rec.Ops {
-		if o.OK() && !o.Start.After(rec.FaultsEnd) {
+		if o.OK() && !o.Start.Before(rec.FaultsStart) && !o.Start.After(rec.FaultsEnd) {
 			okOps++
 		}
 	}
@@ -346,19 +346,32 @@ func checkGenerations(rec *Record, ops []*clustertest.Op) []Violation {
 		}
 		vs = append(vs, v)
 	}
-	byGroup := map[string][]genKey{}
-	for k := range first {
-		byGroup[k.group] = append(byGroup[k.group], k)
+	// Across clients, in real time: a JoinGroup that started after another
+	// one had been answered generation g' is never answered an older one.
+	type joined struct {
+		end time.Time
+		gen int32
 	}
-	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
-		ks := byGroup[g]
-		sort.Slice(ks, func(i, j int) bool { return first[ks[i]].Before(first[ks[j]]) })
-		var top int32 = math.MinInt32
-		for _, k := range ks {
-			if k.gen < top {
-				vs = append(vs, Violation{"I3", first[k], fmt.Sprintf("group %s: generation %d first handed out after generation %d", g, k.gen, top)})
-			}
-			top = max(top, k.gen)
+	joins := map[string][]joined{}
+	for _, o := range rec.Ops {
+		if o.Kind == clustertest.OpJoin && o.OK() {
+			joins[o.Group] = append(joins[o.Group], joined{o.End, o.Gen})
+		}
+	}
+	for _, js := range joins {
+		sort.Slice(js, func(i, j int) bool { return js[i].end.Before(js[j].end) })
+		for i := 1; i < len(js); i++ {
+			js[i].gen = max(js[i].gen, js[i-1].gen)
+		}
+	}
+	for _, o := range rec.Ops {
+		if o.Kind != clustertest.OpJoin || !o.OK() {
+			continue
+		}
+		js := joins[o.Group]
+		i := sort.Search(len(js), func(i int) bool { return !js[i].end.Before(o.Start) })
+		if i > 0 && js[i-1].gen > o.Gen {
+			vs = append(vs, Violation{"I3", o.End, fmt.Sprintf("group %s: %s joined generation %d after generation %d was handed out", o.Group, o.Client, o.Gen, js[i-1].gen)})
 		}
 	}
 	return vs
@@ -526,7 +539,7 @@ func checkFailoverRebalances(rec *Record) []Violation {
 		slices.Sort(gens)
 		for i, gen := range gens {
 			at := first[gen]
-			if i == 0 || at.Before(rec.Start) {
+			if i == 0 || at.Before(rec.FaultsStart) {
 				continue // the workload forming before the faults began
 			}
 			if explained(rec, g.ID, at, window) {

@@ -76,9 +76,10 @@ type Record struct {
 	SessionTimeout   time.Duration     `json:"session_timeout"`
 	RebalanceTimeout time.Duration     `json:"rebalance_timeout"`
 	Groups           []GroupInfo       `json:"groups"`
-	Start            time.Time         `json:"start"`
-	FaultsEnd        time.Time         `json:"faults_end"` // the final heal began
-	Healed           time.Time         `json:"healed"`     // every node back, voters agreed
+	Start            time.Time         `json:"start"`        // the workload started
+	FaultsStart      time.Time         `json:"faults_start"` // the workload settled, faults began
+	FaultsEnd        time.Time         `json:"faults_end"`   // the final heal began
+	Healed           time.Time         `json:"healed"`       // every node back, voters agreed
 	End              time.Time         `json:"end"`
 	Ops              []*Op             `json:"ops"`
 	Faults           []Fault           `json:"faults"`

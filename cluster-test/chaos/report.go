@@ -274,7 +274,11 @@ func (r *Report) Timeline() string {
 	}
 	// Violations: a red line across the picture with the invariant.
 	h := y + 10
+	drawn := map[string]int{}
 	for i, v := range r.Violations {
+		if drawn[v.Invariant]++; drawn[v.Invariant] > 50 {
+			continue // the list below has them all
+		}
 		at := v.At
 		if at.IsZero() {
 			at = rec.End
@@ -290,7 +294,11 @@ func (r *Report) Timeline() string {
 		fmt.Fprintf(&legend, `<span style="background:%s">&nbsp;&nbsp;&nbsp;</span> %s &nbsp; `, faultColor[k], k)
 	}
 	var viol strings.Builder
-	for _, v := range r.Violations {
+	for i, v := range r.Violations {
+		if i == 500 {
+			fmt.Fprintf(&viol, "<li>... %d more</li>", len(r.Violations)-500)
+			break
+		}
 		fmt.Fprintf(&viol, "<li><b>%s</b> at %s: %s</li>", v.Invariant, rel(v.At), html.EscapeString(v.Text))
 	}
 	if viol.Len() == 0 {

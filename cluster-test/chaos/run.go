@@ -188,13 +188,16 @@ func (r *run) run() (*Report, error) {
 	wc := clustertest.DefaultWorkload()
 	wc.Groups, wc.Members, wc.Partitions, wc.StaticGroups = 2, 4, 8, 1
 	wc.Member.SessionTimeout, wc.Member.RebalanceTimeout = cfg.SessionTimeout, cfg.RebalanceTimeout
+	begin := time.Now()
 	if r.w, err = clustertest.StartWorkload(ctx, r.c.KafkaAddrs, wc); err != nil {
 		return nil, err
 	}
 	r.t.Cleanup(r.w.Stop)
 	r.hst = r.w.History
-	if _, err := r.w.WaitStable(60*time.Second, time.Second); err != nil {
-		return nil, fmt.Errorf("workload: %w", err)
+	// A workload that does not settle is itself a finding (the checkers
+	// see its history): the run goes on.
+	if _, err := r.w.WaitStable(30*time.Second, time.Second); err != nil {
+		cfg.Logf("emulated groups did not settle before the faults: %v", err)
 	}
 	if r.kg, err = startKgoGroup(ctx, r, "group-kgo", "topic-kgo", 6, 3); err != nil {
 		return nil, err
@@ -236,7 +239,7 @@ func (r *run) run() (*Report, error) {
 	rec := &Record{
 		Seed: cfg.Seed, Nodes: ids, KafkaAddrs: map[string]string{}, Nemeses: cfg.Nemeses, Bugs: cfg.Bugs,
 		SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
-		Start: start, FaultsEnd: faultsEnd, Healed: healed, End: end,
+		Start: begin, FaultsStart: start, FaultsEnd: faultsEnd, Healed: healed, End: end,
 		Final: final, Live: live,
 	}
 	for i := range ids {
@@ -659,11 +662,11 @@ func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions 
 		g.wg.Add(1)
 		go g.loop(m, &next)
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for g.stable() != "" {
 		if time.Now().After(deadline) {
-			g.close()
-			return nil, fmt.Errorf("franz-go group not stable within 60s: %s", g.stable())
+			r.cfg.Logf("franz-go group did not settle before the faults: %s", g.stable())
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
