@@ -20,6 +20,7 @@ test-short:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags seededbugs ./internal/seededbug/ ./cmd/cohortd/
 
 # Test prerequisites. Debian packages are installed only when missing.
 deps:

@@ -257,6 +257,9 @@ func (r *Report) Timeline() string {
 		y += lane
 		for p := int32(0); p < g.Partitions; p++ {
 			label(fmt.Sprintf("  %s/%d", g.Topic, p))
+			// An interval that overlaps an earlier owner's is drawn in the
+			// lower half with a red outline, so two owners show as two bars.
+			var prev []Interval
 			for _, in := range iv {
 				if in.Group != g.ID || in.Partition != p {
 					continue
@@ -266,7 +269,19 @@ func (r *Report) Timeline() string {
 					c = clientColors[len(colorOf)%len(clientColors)]
 					colorOf[in.Client] = c
 				}
-				rect(in.From, in.To, c, fmt.Sprintf("%s/%d owned by %s from %s to %s", g.Topic, p, in.Client, rel(in.From), rel(in.To)), lane-6)
+				tip := fmt.Sprintf("%s/%d owned by %s from %s to %s", g.Topic, p, in.Client, rel(in.From), rel(in.To))
+				overlap := false
+				for _, o := range prev {
+					overlap = overlap || o.Client != in.Client && in.From.Before(o.To) && o.From.Before(in.To)
+				}
+				prev = append(prev, in)
+				if !overlap {
+					rect(in.From, in.To, c, tip, lane-6)
+					continue
+				}
+				w := max(x(in.To)-x(in.From), 1.5)
+				fmt.Fprintf(&body, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="#e00" stroke-width="1.5"><title>%s (a second owner)</title></rect>`,
+					x(in.From), y+lane/2, w, lane/2-3, c, html.EscapeString(tip))
 			}
 			y += lane - 4
 		}

@@ -196,10 +196,12 @@ func (r *run) run() (*Report, error) {
 	r.hst = r.w.History
 	// A workload that does not settle is itself a finding (the checkers
 	// see its history): the run goes on.
-	if _, err := r.w.WaitStable(30*time.Second, time.Second); err != nil {
+	settle := 30 * time.Second
+	if _, err := r.w.WaitStable(settle, time.Second); err != nil {
 		cfg.Logf("emulated groups did not settle before the faults: %v", err)
+		settle = 5 * time.Second
 	}
-	if r.kg, err = startKgoGroup(ctx, r, "group-kgo", "topic-kgo", 6, 3); err != nil {
+	if r.kg, err = startKgoGroup(ctx, r, "group-kgo", "topic-kgo", 6, 3, settle); err != nil {
 		return nil, err
 	}
 	r.t.Cleanup(r.kg.close)
@@ -614,7 +616,7 @@ type kgoMember struct {
 	owned map[int32]bool
 }
 
-func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions int32, n int) (*kgoGroup, error) {
+func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions int32, n int, settle time.Duration) (*kgoGroup, error) {
 	coord := &clustertest.Coordinator{Conns: clustertest.NewConns("kgo-admin"), Seeds: r.c.KafkaAddrs, Group: group}
 	defer coord.Conns.Close()
 	if err := clustertest.CreateTopic(ctx, coord, topic, partitions); err != nil {
@@ -662,7 +664,7 @@ func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions 
 		g.wg.Add(1)
 		go g.loop(m, &next)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(settle)
 	for g.stable() != "" {
 		if time.Now().After(deadline) {
 			r.cfg.Logf("franz-go group did not settle before the faults: %s", g.stable())

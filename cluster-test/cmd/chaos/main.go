@@ -32,7 +32,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	nem := fs.String("nemesis", strings.Join(chaos.Nemeses, ","), "comma-separated nemeses: "+strings.Join(chaos.Nemeses, ", "))
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "random seed (a run's seed replays its fault schedule)")
 	bugs := fs.String("seeded-bugs", "", "switch seeded bugs on (a build with the seededbugs tag is made): ack-before-apply, no-generation-check, stale-leader, early-handout")
-	out := fs.String("out", "", "directory for history.json, timeline.html and node logs (default chaos-<seed>)")
+	out := fs.String("out", "", "directory for history.json, timeline.html and node logs (default chaos-<seed>); with --replay, where to write timeline.html")
 	replay := fs.String("replay", "", "check a saved history.json again instead of running")
 	quiet := fs.Duration("quiet", 2*time.Second, "shortest quiet window between faults")
 	verbose := fs.Bool("v", false, "log every fault as it happens")
@@ -48,6 +48,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		rep := chaos.Check(rec, cfg.Floor)
 		fmt.Fprint(stdout, rep.Summary())
+		if *out != "" {
+			if err := os.WriteFile(filepath.Join(*out, "timeline.html"), []byte(rep.Timeline()), 0o644); err != nil {
+				fmt.Fprintf(stderr, "chaos: %v\n", err)
+			}
+		}
 		return verdict(rep)
 	}
 	cfg.Nodes, cfg.Bugs, cfg.Quiet = *nodes, *bugs, *quiet
