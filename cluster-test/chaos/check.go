@@ -601,10 +601,19 @@ func explained(rec *Record, group string, at time.Time, window time.Duration) bo
 			return true
 		}
 	}
-	// A generation handed out after the first join of a new member id of
-	// an existing client (it was told UNKNOWN_MEMBER_ID) follows an expiry.
+	// A member told UNKNOWN_MEMBER_ID (its session ended) after it had no
+	// successful request for a session timeout: the expiry was earned.
 	for _, o := range rec.Ops {
-		if o.Group == group && o.Kind == clustertest.OpJoin && o.Code == 25 && !o.End.After(at) && at.Sub(o.End) <= window {
+		if o.Group != group || o.Code != 25 || o.End.After(at) || at.Sub(o.End) > window {
+			continue
+		}
+		var lastOK time.Time
+		for _, p := range rec.Ops {
+			if p.Client == o.Client && p.OK() && p.End.Before(o.Start) && p.End.After(lastOK) {
+				lastOK = p.End
+			}
+		}
+		if !lastOK.IsZero() && o.Start.Sub(lastOK) >= rec.SessionTimeout-time.Second {
 			return true
 		}
 	}

@@ -137,6 +137,22 @@ func TestFailoverRebalances(t *testing.T) {
 	if vs := checkFailoverRebalances(rec); len(vs) != 0 {
 		t.Errorf("a rebalance after a member joined: got\n%s", invariants(vs))
 	}
+	// A member that could not reach any coordinator for a session timeout
+	// and was then told UNKNOWN_MEMBER_ID.
+	rec.Events = nil
+	expired := hb("c", 9000)
+	expired.Code = 25
+	rec.Ops = append(rec.Ops, hb("c", 1000), expired)
+	sortOps(rec.Ops)
+	if vs := checkFailoverRebalances(rec); len(vs) != 0 {
+		t.Errorf("a rebalance after an earned expiry: got\n%s", invariants(vs))
+	}
+	// The same answer one second after a successful heartbeat is not earned.
+	rec.Ops = append(rec.Ops, hb("c", 8000))
+	sortOps(rec.Ops)
+	if vs := checkFailoverRebalances(rec); len(vs) != 1 {
+		t.Errorf("UNKNOWN_MEMBER_ID right after a heartbeat: got\n%s", invariants(vs))
+	}
 }
 
 func TestRecordRoundTrip(t *testing.T) {

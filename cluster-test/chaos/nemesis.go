@@ -38,7 +38,7 @@ func (r *run) nemesisLoop(start, end time.Time) {
 		f := r.inject(kind, end)
 		if f.Kind != "" {
 			r.rec.fault(f)
-			r.cfg.Logf("%6.1fs %s %s %v (leader was %s) %s", f.Start.Sub(start).Seconds(), f.Kind, f.Detail, f.Targets, f.Leader, f.Note)
+			r.cfg.Logf("%6.1fs %s %s %v (leader was %s) %s", f.Start.Sub(r.begin).Seconds(), f.Kind, f.Detail, f.Targets, f.Leader, f.Note)
 		}
 		r.active.Store("")
 		if time.Now().Before(end) {
@@ -258,7 +258,7 @@ func (r *run) inject(kind string, end time.Time) Fault {
 		r.net.Partition([]string{victim.ID}, r.others(victim.ID))
 		time.Sleep(r.hold(4*time.Second, 6*time.Second))
 		r.net.Heal()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) && strings.Count(readFile(victim.LogPath), "Installed remote snapshot") == before {
 			time.Sleep(100 * time.Millisecond)
 		}

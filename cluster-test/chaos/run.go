@@ -80,8 +80,8 @@ func DefaultConfig(d time.Duration, seed uint64) Config {
 const (
 	electionTimeout   = 500 * time.Millisecond
 	snapshotInterval  = "1s"
-	snapshotThreshold = "128"
-	trailingLogs      = "64"
+	snapshotThreshold = "32"
+	trailingLogs      = "16"
 )
 
 // run is the state of one run.
@@ -96,6 +96,7 @@ type run struct {
 	hst *clustertest.History
 	kg  *kgoGroup
 
+	begin   time.Time // the workload started: log times count from here
 	stopAux chan struct{}
 	auxWG   sync.WaitGroup
 	active  atomic.Value // string: the fault in force
@@ -217,6 +218,7 @@ func (r *run) run() (*Report, error) {
 	go r.sampleLeaders()
 	r.kg.setCommits(true)
 
+	r.begin = begin
 	r.nemesisLoop(start, start.Add(cfg.Duration))
 
 	faultsEnd := time.Now()
