@@ -13,6 +13,7 @@ build:
 # keep working; the numbers come from `make bench`).
 test: deps proto-check vet
 	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -tags seededbugs ./cmd/cohortd/
 	$(GO) test -short -run '^$$' -bench . -benchtime 1x -timeout 10m ./coordinator/ ./actors/ ./raftfsm/ ./assignor/
 
 test-short:

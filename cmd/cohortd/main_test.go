@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cohort-coord/cohort/internal/seededbug"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -95,5 +97,15 @@ func TestRaftPeerAddrsAndSnapshotFlags(t *testing.T) {
 		if code := run([]string{"--raft-peer-addrs", bad}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "raft-peer-addrs") {
 			t.Errorf("--raft-peer-addrs %q: exit %d, output %q", bad, code, out.String())
 		}
+	}
+}
+
+func TestNoSeededBugsInANormalBuild(t *testing.T) {
+	if seededbug.Enabled {
+		t.Skip("a seededbugs build")
+	}
+	var out bytes.Buffer
+	if code := run([]string{"--seeded-bugs", "stale-leader"}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "flag provided but not defined") {
+		t.Errorf("exit %d, output %q; a normal build must not know the flag", code, out.String())
 	}
 }
