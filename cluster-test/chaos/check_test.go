@@ -81,6 +81,21 @@ func TestFencingAndGenerations(t *testing.T) {
 	if vs := checkFencing(stale); len(vs) != 2 || vs[0].At != ms(50) {
 		t.Errorf("stale heartbeat and zombie commit: got\n%s", invariants(vs))
 	}
+	// A static member replacing itself: two ids of one client in one
+	// generation, the second not in the leader's list, same partitions.
+	syncAs := func(client, member string, gen int32, parts ...int32) *Op {
+		return &Op{Op: clustertest.Op{Kind: clustertest.OpSync, Group: "g", Client: client, MemberID: member, Gen: gen, Assignment: parts, Start: ms(80), End: ms(90)}}
+	}
+	lead := join("a", 5, 0, 10)
+	lead.Members = []string{"a", "s-1"}
+	replaced := record(lead, syncAs("a", "a", 5, 0), syncAs("s", "s-1", 5, 1), syncAs("s", "s-2", 5, 1))
+	if vs := checkGenerations(replaced, replaced.ClusterOps()); len(vs) != 0 {
+		t.Errorf("static replacement: got\n%s", invariants(vs))
+	}
+	replaced.Ops[3].Client = "other"
+	if vs := checkGenerations(replaced, replaced.ClusterOps()); len(vs) != 2 {
+		t.Errorf("a second consumer with the same partitions: got\n%s", invariants(vs))
+	}
 	back := record(join("a", 3, 0, 10), join("b", 2, 20, 30))
 	if vs := checkGenerations(back, back.ClusterOps()); len(vs) != 1 || !strings.Contains(vs[0].Text, "joined generation 2 after generation 3") {
 		t.Errorf("generation handed out after a higher one: got\n%s", invariants(vs))
