@@ -588,12 +588,27 @@ func checkFailoverRebalances(rec *Record) []Violation {
 			}
 		}
 		slices.Sort(gens)
+		// A member added or crashed causes the next generation, however
+		// late: session timers restart on every takeover, so a crashed
+		// member's expiry moves with each failover.
+		caused := map[int32]bool{}
+		for _, e := range rec.Events {
+			if e.Group != g.ID || e.Kind != "add" && e.Kind != "crash" {
+				continue
+			}
+			for _, gen := range gens {
+				if first[gen].After(e.At) {
+					caused[gen] = true
+					break
+				}
+			}
+		}
 		for i, gen := range gens {
 			at := first[gen]
 			if i == 0 || at.Before(rec.FaultsStart) {
 				continue // the workload forming before the faults began
 			}
-			if explained(rec, g.ID, at, window) {
+			if caused[gen] || explained(rec, g.ID, at, window) {
 				continue
 			}
 			vs = append(vs, Violation{"L2", at, fmt.Sprintf("%s: generation %d at %s without a membership change or a member out of contact for a session timeout",
@@ -614,7 +629,8 @@ func explained(rec *Record, group string, at time.Time, window time.Duration) bo
 	last := map[string]time.Time{}
 	firstSeen := map[string]time.Time{}
 	for _, o := range rec.Ops {
-		if o.Group != group || o.Kind == OpFetch || isZombie(o.Client) || o.Start.After(at) {
+		// The rebalance's own JoinGroup answers do not count as contact.
+		if o.Group != group || o.Kind == OpFetch || o.Kind == clustertest.OpJoin || isZombie(o.Client) || o.Start.After(at) {
 			continue
 		}
 		if _, ok := firstSeen[o.Client]; !ok {

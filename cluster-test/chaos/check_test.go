@@ -168,6 +168,25 @@ func TestFailoverRebalances(t *testing.T) {
 	if vs := checkFailoverRebalances(rec); len(vs) != 1 {
 		t.Errorf("UNKNOWN_MEMBER_ID right after a heartbeat: got\n%s", invariants(vs))
 	}
+
+	// A crashed member's expiry that failovers kept postponing (session
+	// timers restart on each takeover) causes the next generation, 25 s
+	// after the crash (the 5-minute run with seed 7).
+	var long []*Op
+	for i := 0; i < 250; i++ {
+		long = append(long, hb("a", 1000+i*200), hb("b", 1000+i*200))
+	}
+	long = append(long, join("a", 1, 500), join("b", 1, 500), join("a", 2, 45000), join("b", 2, 45000))
+	sortOps(long)
+	rec = record(long...)
+	rec.Events = []Event{{At: ms(20000), Group: "g", Client: "c", Kind: "crash"}}
+	if vs := checkFailoverRebalances(rec); len(vs) != 0 {
+		t.Errorf("a late expiry of a crashed member: got\n%s", invariants(vs))
+	}
+	rec.Events = nil
+	if vs := checkFailoverRebalances(rec); len(vs) != 1 {
+		t.Errorf("the same rebalance without the crash: got\n%s", invariants(vs))
+	}
 }
 
 func TestRecordRoundTrip(t *testing.T) {

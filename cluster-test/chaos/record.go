@@ -42,6 +42,7 @@ type Event struct {
 	Client     string    `json:"client"`
 	Kind       string    `json:"kind"`
 	Partitions []int32   `json:"partitions,omitempty"`
+	Gen        int32     `json:"gen,omitempty"` // a franz-go consumer's generation at the callback
 }
 
 // GroupInfo describes one group of the workload.

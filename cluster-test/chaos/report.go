@@ -239,6 +239,12 @@ func (r *Report) Timeline() string {
 				gens = append(gens, gs{o.Gen, o.End})
 			}
 		}
+		for _, e := range rec.Events {
+			if e.Group == g.ID && e.Gen > 0 && !seen[e.Gen] {
+				seen[e.Gen] = true
+				gens = append(gens, gs{e.Gen, e.At})
+			}
+		}
 		sort.Slice(gens, func(i, j int) bool { return gens[i].at.Before(gens[j].at) })
 		for i, gg := range gens {
 			end := rec.End

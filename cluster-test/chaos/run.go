@@ -629,7 +629,8 @@ func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions 
 	for i := range n {
 		m := &kgoMember{name: fmt.Sprintf("%s-c%d", group, i), owned: map[int32]bool{}}
 		cb := func(kind string) func(context.Context, *kgo.Client, map[string][]int32) {
-			return func(_ context.Context, _ *kgo.Client, a map[string][]int32) {
+			return func(_ context.Context, cl *kgo.Client, a map[string][]int32) {
+				_, gen := cl.GroupMetadata()
 				m.mu.Lock()
 				for _, p := range a[topic] {
 					if kind == "assigned" {
@@ -639,7 +640,7 @@ func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions 
 					}
 				}
 				m.mu.Unlock()
-				r.rec.event(Event{At: time.Now(), Group: group, Client: m.name, Kind: kind, Partitions: slices.Sorted(slices.Values(a[topic]))})
+				r.rec.event(Event{At: time.Now(), Group: group, Client: m.name, Kind: kind, Partitions: slices.Sorted(slices.Values(a[topic])), Gen: gen})
 			}
 		}
 		cl, err := kgo.NewClient(
