@@ -62,6 +62,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			cfg.Nemeses = append(cfg.Nemeses, n)
 		}
 	}
+	// Nemeses that move leadership must have moved it: at least once a
+	// minute of faults.
+	for _, n := range cfg.Nemeses {
+		if n == "kill" || n == "pause" || n == "partition" || n == "transfer" {
+			cfg.Floor.LeaderChanges = max(1, int(*dur/time.Minute))
+		}
+	}
 	if len(cfg.Nemeses) == 0 || *dur <= 0 || *nodes < 3 {
 		fmt.Fprintln(stderr, "chaos: need at least one nemesis, a positive --duration and --nodes >= 3")
 		return 2
