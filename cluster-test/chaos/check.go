@@ -444,8 +444,57 @@ type Interval struct {
 // Ownership derives every ownership interval: an emulated member owns its
 // SyncGroup assignment from the answer until it starts its next JoinGroup
 // (eager: it gives everything up first), crashes, or the run ends; a
-// franz-go consumer owns what its callbacks say.
+// franz-go consumer owns what its callbacks say. Either way a member that
+// had no successful request for a session timeout owns nothing from then
+// on: the coordinator may expire it and hand its partitions out (Kafka's
+// rule; a client is expected to stop by itself), and a consumer blocked on
+// a paused coordinator learns it only when it next gets an answer.
 func Ownership(rec *Record) []Interval {
+	return clipSilent(rec, ownership(rec))
+}
+
+// clipSilent ends each interval a session timeout after the owner's last
+// successful request when it had none for that long.
+func clipSilent(rec *Record, iv []Interval) []Interval {
+	if rec.SessionTimeout <= 0 {
+		return iv
+	}
+	contact := map[string][]time.Time{}
+	for _, o := range rec.Ops {
+		if o.OK() && o.Kind != OpFetch {
+			contact[o.Client] = append(contact[o.Client], o.End)
+		}
+	}
+	for _, e := range rec.Events {
+		if e.Kind == "assigned" {
+			contact[e.Client] = append(contact[e.Client], e.At)
+		}
+	}
+	for _, ts := range contact {
+		slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+	}
+	out := iv[:0]
+	for _, in := range iv {
+		last := in.From
+		ts := contact[in.Client]
+		i, _ := slices.BinarySearchFunc(ts, in.From, func(a, b time.Time) int { return a.Compare(b) })
+		for ; i < len(ts) && ts[i].Before(in.To); i++ {
+			if ts[i].Sub(last) > rec.SessionTimeout {
+				break
+			}
+			last = ts[i]
+		}
+		if end := last.Add(rec.SessionTimeout); end.Before(in.To) {
+			in.To = end
+		}
+		if in.To.After(in.From) {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func ownership(rec *Record) []Interval {
 	var out []Interval
 	type cur struct {
 		parts []int32

@@ -320,7 +320,11 @@ func (r *Report) Timeline() string {
 			fmt.Fprintf(&viol, "<li>... %d more</li>", len(r.Violations)-500)
 			break
 		}
-		fmt.Fprintf(&viol, "<li><b>%s</b> at %s: %s</li>", v.Invariant, rel(v.At), html.EscapeString(v.Text))
+		when := "the end"
+		if !v.At.IsZero() {
+			when = rel(v.At)
+		}
+		fmt.Fprintf(&viol, "<li><b>%s</b> at %s: %s</li>", v.Invariant, when, html.EscapeString(v.Text))
 	}
 	if viol.Len() == 0 {
 		viol.WriteString("<li>none</li>")
