@@ -17,6 +17,7 @@ build:
 # keep working; the numbers come from `make bench`).
 test: deps proto-check fmt-check vet staticcheck
 	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -tags seededbugs ./cmd/cohortd/
 	$(GO) test -short -run '^$$' -bench . -benchtime 1x -timeout 10m ./coordinator/ ./actors/ ./raftfsm/ ./assignor/
 
 test-short:
@@ -24,6 +25,7 @@ test-short:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags seededbugs ./internal/seededbug/ ./cmd/cohortd/
 
 # Fails when a file is not gofmt-formatted (gofmt -l lists it).
 fmt-check:

@@ -33,6 +33,12 @@ type Options struct {
 	HTTP bool
 	// StartTimeout bounds how long a node may take to log its listeners.
 	StartTimeout time.Duration
+	// NodeArgs, when set, returns more arguments for the node with the
+	// given id, read at every start (the chaos suite's proxy addresses).
+	NodeArgs func(id string) []string
+	// Binary, when set, is the cohortd executable to run instead of the
+	// one built from ./cmd/cohortd (a build with seeded bugs).
+	Binary string
 }
 
 // DefaultOptions are short raft timeouts that still hold on a loaded
@@ -119,7 +125,10 @@ func StartCluster(t testing.TB, n int, opts ...func(*Options)) *Cluster {
 	for _, f := range opts {
 		f(&o)
 	}
-	bin, err := Binary("./cmd/cohortd")
+	bin, err := o.Binary, error(nil)
+	if bin == "" {
+		bin, err = Binary("./cmd/cohortd")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +257,9 @@ func (c *Cluster) launch(n *Node, extra []string) error {
 		"--http-addr", n.httpBind(c.Opts.HTTP),
 	}
 	args = append(args, c.Opts.Args...)
+	if c.Opts.NodeArgs != nil {
+		args = append(args, c.Opts.NodeArgs(n.ID)...)
+	}
 	args = append(args, extra...)
 	f, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

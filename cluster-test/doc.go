@@ -19,5 +19,7 @@
 //	COHORT_CLUSTER_BENCH=1 go test ./cluster-test/ -run TestBench -v -timeout 30m
 //	COHORT_CLUSTER_CHAOS=3m go test ./cluster-test/ -run TestChaos -v -timeout 30m
 //
-// BENCHMARKS.md has the benchmark settings and the measured numbers.
+// BENCHMARKS.md has the benchmark settings and the measured numbers. The
+// chaos suite (fault proxies, nemeses, invariant checkers) is in ./chaos and
+// its runner in ./cmd/chaos.
 package clustertest

@@ -327,6 +327,9 @@ func (g *Group) hasAllMembersJoined() bool {
 	return len(g.members) == g.awaitJoin && len(g.pending) == 0
 }
 
+// anyMemberJoined serves the early-handout seeded bug only.
+func (g *Group) anyMemberJoined() bool { return g.awaitJoin > 0 }
+
 // addMember is Kafka's group.add (the caller sets the protocol type for the
 // first member): leader if there is none, protocol counters, pending id and static mapping.
 func (g *Group) addMember(m *member) {

@@ -5,7 +5,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cohort-coord/cohort/internal/seededbug"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 func commitErrors(req *pb.OffsetCommitRequest, code int32) *pb.OffsetCommitResponse {
@@ -68,6 +70,10 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 		return
 	}
 	g.persist(fx, op, recs...)
+	if seededbug.On("ack-before-apply") {
+		fx.reply(to, proto.CloneOf(resp))
+		op.reply = nil
+	}
 	if gen := req.GetGenerationId(); gen >= 0 {
 		fx.Persists[len(fx.Persists)-1].Fence = &pb.WriteFence{Generation: gen, MemberId: req.GetMemberId()}
 	}
@@ -86,7 +92,7 @@ func (g *Group) validateCommit(req *pb.OffsetCommitRequest) int32 {
 		if code := g.validateMember(req.GetMemberId(), req.GroupInstanceId); code != ErrNone {
 			return code
 		}
-		if gen != g.generation {
+		if gen != g.generation && !seededbug.On("no-generation-check") {
 			return ErrIllegalGeneration
 		}
 	default:
@@ -132,14 +138,18 @@ func (w *commitWrite) done(g *Group, now time.Time, err error, fx *Effects) {
 			}
 		}
 	}
-	fx.reply(w.reply, w.resp)
+	if w.reply != nil {
+		fx.reply(w.reply, w.resp)
+	}
 }
 
 func (w *commitWrite) abandon(fx *Effects) {
 	for _, o := range w.written {
 		w.resp.Topics[o.topic].Partitions[o.partition].ErrorCode = ErrNotCoordinator
 	}
-	fx.reply(w.reply, w.resp)
+	if w.reply != nil {
+		fx.reply(w.reply, w.resp)
+	}
 }
 
 // Fetch handles OffsetFetch for this group (stored offsets are returned in

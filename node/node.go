@@ -27,6 +27,7 @@ import (
 	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
+	"github.com/cohort-coord/cohort/internal/seededbug"
 	"github.com/cohort-coord/cohort/kafka"
 	"github.com/cohort-coord/cohort/ops"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
@@ -285,6 +286,9 @@ func (n *Node) watchLeadership() {
 		case leader := <-n.raft.LeaderCh:
 			if leader {
 				n.onLeader()
+				continue
+			}
+			if seededbug.On("stale-leader") {
 				continue
 			}
 			n.log.Info("leadership lost: group service fenced")

@@ -36,7 +36,29 @@ type Config struct {
 	LeaderLeaseTimeout time.Duration
 	// ApplyTimeout bounds the replication of one write.
 	ApplyTimeout time.Duration
-	Logger       *slog.Logger
+	// PeerAddrs, when set, are the addresses this node dials for the
+	// listed peers (by node id) instead of the ones the cluster
+	// configuration names; peers not listed are dialed as configured. The
+	// cluster tests route every Raft link through its own fault-injection
+	// proxy this way.
+	PeerAddrs map[string]string
+	// SnapshotInterval, SnapshotThreshold and TrailingLogs override
+	// hashicorp/raft's defaults when positive (tests force snapshots and
+	// snapshot installs with small values).
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	Logger            *slog.Logger
+}
+
+// peerAddrs is a raft.ServerAddressProvider over Config.PeerAddrs.
+type peerAddrs map[string]string
+
+func (p peerAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if a, ok := p[string(id)]; ok {
+		return raft.ServerAddress(a), nil
+	}
+	return "", fmt.Errorf("no dial override for %s", id)
 }
 
 // DefaultConfig returns the default timings: half of hashicorp/raft's
@@ -87,7 +109,11 @@ func Open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	hl := newHclog(cfg.Logger, "raft")
-	transport, err := raft.NewTCPTransportWithLogger(bind, nil, 3, 10*time.Second, hl)
+	tc := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: hl}
+	if len(cfg.PeerAddrs) > 0 {
+		tc.ServerAddressProvider = peerAddrs(cfg.PeerAddrs)
+	}
+	transport, err := raft.NewTCPTransportWithConfig(bind, nil, tc)
 	if err != nil {
 		return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
 	}
@@ -137,6 +163,15 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if cfg.LeaderLeaseTimeout > 0 {
 		rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	}
+	if cfg.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
 	}
 	if rc.LeaderLeaseTimeout > rc.HeartbeatTimeout {
 		rc.LeaderLeaseTimeout = rc.HeartbeatTimeout

@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -47,6 +49,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 // unless told otherwise (the embedded node.DefaultConfig keeps it off).
 const defaultHTTPAddr = "127.0.0.1:9644"
 
+// extraFlags register flags that only some builds have (seededbugs.go).
+var extraFlags []func(*flag.FlagSet)
+
 // parseConfig reads flags, falling back to COHORT_* variables, and validates
 // the result.
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (node.Config, slog.Level, error) {
@@ -65,6 +70,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.DurationVar(&r.HeartbeatTimeout, "raft-heartbeat-timeout", r.HeartbeatTimeout, "Raft heartbeat timeout (a follower without contact this long starts an election)")
 	fs.DurationVar(&r.ElectionTimeout, "raft-election-timeout", r.ElectionTimeout, "Raft election timeout")
 	fs.DurationVar(&r.LeaderLeaseTimeout, "raft-leader-lease-timeout", r.LeaderLeaseTimeout, "Raft leader lease (at most the heartbeat timeout)")
+	fs.Var(peerAddrsFlag{&r.PeerAddrs}, "raft-peer-addrs", "id=host:port,...: dial these peers there instead of at their configured Raft address (fault-injection proxies in tests)")
+	fs.DurationVar(&r.SnapshotInterval, "raft-snapshot-interval", r.SnapshotInterval, "how often Raft checks whether to snapshot (0: hashicorp/raft's 120s)")
+	fs.Uint64Var(&r.SnapshotThreshold, "raft-snapshot-threshold", r.SnapshotThreshold, "log entries since the last snapshot that trigger one (0: hashicorp/raft's 8192)")
+	fs.Uint64Var(&r.TrailingLogs, "raft-trailing-logs", r.TrailingLogs, "log entries kept after a snapshot; a follower further behind installs the snapshot (0: hashicorp/raft's 10240)")
 	k := &cfg.Kafka
 	fs.StringVar(&k.Addr, "kafka-addr", k.Addr, "host:port of the Kafka protocol listener; port 0 picks a free port")
 	fs.StringVar(&k.AdvertisedAddr, "kafka-advertised-addr", k.AdvertisedAddr, "host:port that Metadata and FindCoordinator tell clients (default: the bound address)")
@@ -86,6 +95,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")
 	level := slog.LevelInfo
 	fs.TextVar(&level, "log-level", level, "debug, info, warn or error")
+	for _, f := range extraFlags {
+		f(fs)
+	}
 
 	if err := fs.Parse(args); err != nil {
 		return cfg, level, err
@@ -116,6 +128,40 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	k.MaxRequestBytes, k.DefaultPartitions = int32(maxReq), int32(parts)
 	g.DisableTakeoverWindow = !takeover
 	return cfg, level, cfg.Validate()
+}
+
+// peerAddrsFlag is --raft-peer-addrs: id=host:port pairs separated by commas.
+type peerAddrsFlag struct{ m *map[string]string }
+
+func (f peerAddrsFlag) String() string {
+	if f.m == nil || len(*f.m) == 0 {
+		return ""
+	}
+	var parts []string
+	for id, a := range *f.m {
+		parts = append(parts, id+"="+a)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func (f peerAddrsFlag) Set(v string) error {
+	m := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(kv, "=")
+		if !ok || id == "" {
+			return fmt.Errorf("%q is not id=host:port", kv)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s: %w", id, err)
+		}
+		m[id] = addr
+	}
+	*f.m = m
+	return nil
 }
 
 // autoCreateFlag is --auto-create-topics: true, requested or false; given

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cohort-coord/cohort/internal/seededbug"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -128,5 +130,36 @@ func TestOwnershipGuardFlag(t *testing.T) {
 	var out bytes.Buffer
 	if code := run(nil, env(map[string]string{"COHORT_GROUP_OWNERSHIP_GUARD": "maybe"}), &out); code != 2 || !strings.Contains(out.String(), "COHORT_GROUP_OWNERSHIP_GUARD") {
 		t.Errorf("invalid value: exit %d, %q", code, out.String())
+	}
+}
+
+func TestRaftPeerAddrsAndSnapshotFlags(t *testing.T) {
+	cfg, _, err := parseConfig([]string{"--raft-peer-addrs", "node2=127.0.0.1:7002, node3=127.0.0.1:7003", "--raft-snapshot-threshold", "64", "--raft-trailing-logs", "16"},
+		env(map[string]string{"COHORT_RAFT_SNAPSHOT_INTERVAL": "2s"}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Raft
+	if len(r.PeerAddrs) != 2 || r.PeerAddrs["node2"] != "127.0.0.1:7002" || r.PeerAddrs["node3"] != "127.0.0.1:7003" {
+		t.Errorf("peer addrs %v", r.PeerAddrs)
+	}
+	if r.SnapshotThreshold != 64 || r.TrailingLogs != 16 || r.SnapshotInterval != 2*time.Second {
+		t.Errorf("snapshot settings %d %d %v", r.SnapshotThreshold, r.TrailingLogs, r.SnapshotInterval)
+	}
+	for _, bad := range []string{"node2", "=127.0.0.1:1", "node2=nohostport"} {
+		var out bytes.Buffer
+		if code := run([]string{"--raft-peer-addrs", bad}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "raft-peer-addrs") {
+			t.Errorf("--raft-peer-addrs %q: exit %d, output %q", bad, code, out.String())
+		}
+	}
+}
+
+func TestNoSeededBugsInANormalBuild(t *testing.T) {
+	if seededbug.Enabled {
+		t.Skip("a seededbugs build")
+	}
+	var out bytes.Buffer
+	if code := run([]string{"--seeded-bugs", "stale-leader"}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "flag provided but not defined") {
+		t.Errorf("exit %d, output %q; a normal build must not know the flag", code, out.String())
 	}
 }
