@@ -3,7 +3,6 @@ package chaos
 import (
 	"encoding/json"
 	"os"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -236,12 +235,4 @@ func (r *Record) nodeOfAddr(addr string) string {
 		}
 	}
 	return addr
-}
-
-func (r *Record) groupInfo(id string) (GroupInfo, bool) {
-	i := slices.IndexFunc(r.Groups, func(g GroupInfo) bool { return g.ID == id })
-	if i < 0 {
-		return GroupInfo{}, false
-	}
-	return r.Groups[i], true
 }
