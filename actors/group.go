@@ -57,12 +57,7 @@ type groupActor struct {
 	behavior actor.Behavior
 	self     *actor.PID
 	summary  groupSummary
-	// logged is what the last state log line said.
-	logged struct {
-		gen       int32
-		takeovers int
-	}
-	track tracker
+	track    tracker
 }
 
 func newGroupActor(id string, e *env) actor.Producer {
@@ -301,13 +296,9 @@ func (a *groupActor) stopTimers() {
 
 func (a *groupActor) publishSummary(ctx actor.Context) {
 	s := groupSummary{id: a.id, state: a.g.State(), protocolType: a.g.ProtocolType()}
-	if n := a.g.TakeoverRejoins(); n != a.logged.takeovers {
-		a.logged.takeovers = n
-		a.env.log.Info("member rejoined after takeover, generation kept", slog.String("group", a.id), slog.Int("generation", int(a.g.Generation())), slog.Int("rejoins", n))
-	}
-	if s.state != a.summary.state || a.g.Generation() != a.logged.gen {
-		a.logged.gen = a.g.Generation()
-		a.env.log.Debug("group state", slog.String("group", a.id), slog.String("state", s.state.String()), slog.Int("generation", int(a.logged.gen)), slog.Int("members", a.g.NumMembers()))
+	if s.state != a.summary.state {
+		// Every new generation passes through a state change.
+		a.env.log.Debug("group state", slog.String("group", a.id), slog.String("state", s.state.String()), slog.Int("generation", int(a.g.Generation())), slog.Int("members", a.g.NumMembers()))
 	}
 	if s != a.summary {
 		a.summary = s
@@ -337,5 +328,8 @@ func (a *groupActor) onEvent(ev coordinator.Event) {
 		a.env.guard.followUps.Add(1)
 		a.env.log.Info("ownership guard starts a follow-up rebalance to hand withheld partitions over",
 			slog.String("group", a.id), slog.Int("generation", int(ev.Generation)), slog.String("reason", ev.Detail))
+	case coordinator.EventTakeoverRejoin:
+		a.env.log.Info("member rejoined after takeover, generation kept",
+			slog.String("group", a.id), slog.Int("generation", int(ev.Generation)), slog.String("member", ev.Detail))
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,23 +87,21 @@ type clientGroup struct {
 	coord *Coordinator
 	procs []*clients.Proc
 
-	gen      int32            // generation when the group first settled
-	members  []string         // member ids then
-	baseline []int            // reports per consumer then
-	owned    [][]int32        // what each consumer owned then
-	mu       sync.Mutex       // guards the commit record below
-	acked    map[int32]int64  // highest acknowledged offset per partition
-	tried    map[int64]bool   // every offset ever sent
-	ackTimes []time.Time      // when commits were acknowledged
-	failed   int              // commits answered with an error
-	sent     int              // commit requests sent
-	lastErr  map[string]error // last commit error per consumer
+	gen      int32           // generation when the group first settled
+	baseline []int           // reports per consumer then
+	owned    [][]int32       // what each consumer owned then
+	mu       sync.Mutex      // guards the commit record below
+	acked    map[int32]int64 // highest acknowledged offset per partition
+	tried    map[int64]bool  // every offset ever sent
+	ackTimes []time.Time     // when commits were acknowledged
+	failed   int             // commits answered with an error
+	sent     int             // commit requests sent
 }
 
 func startClientGroup(t *testing.T, c *Cluster, conns *Conns, fam clients.Family) *clientGroup {
 	t.Helper()
 	g := &clientGroup{fam: fam, name: "group-" + fam.Name, topic: "topic-" + fam.Name,
-		acked: map[int32]int64{}, tried: map[int64]bool{}, lastErr: map[string]error{}}
+		acked: map[int32]int64{}, tried: map[int64]bool{}}
 	g.coord = &Coordinator{Conns: conns, Seeds: c.KafkaAddrs, Group: g.name}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -217,7 +214,6 @@ func (g *clientGroup) commitRound(base int64) {
 			defer g.mu.Unlock()
 			if err != nil {
 				g.failed++
-				g.lastErr[p.Name] = err
 				return
 			}
 			if !g.fam.SyncCommits {
@@ -326,10 +322,6 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 	for _, g := range groups {
 		d := g.waitSettled(t, 90*time.Second)
 		g.gen = d.gen
-		for m := range d.members {
-			g.members = append(g.members, m)
-		}
-		sort.Strings(g.members)
 		for _, p := range g.procs {
 			r, _ := p.Last()
 			g.baseline = append(g.baseline, len(p.Reports()))

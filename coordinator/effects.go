@@ -95,6 +95,10 @@ const (
 	// EventFollowUp: the ownership guard started a rebalance to hand
 	// withheld partitions over.
 	EventFollowUp
+	// EventTakeoverRejoin: a member that rejoined unchanged right after a
+	// takeover got the current generation back (takeover.go; Detail is its
+	// member id).
+	EventTakeoverRejoin
 )
 
 func (k EventKind) String() string {
@@ -103,6 +107,8 @@ func (k EventKind) String() string {
 		return "withheld"
 	case EventFollowUp:
 		return "follow-up"
+	case EventTakeoverRejoin:
+		return "takeover-rejoin"
 	}
 	return "unknown"
 }

@@ -63,11 +63,7 @@ func (g *Group) openTakeoverWindow(now time.Time) {
 }
 
 // closeTakeover ends m's window: it has spoken to this coordinator.
-func (g *Group) closeTakeover(id string) {
-	if g.takeover != nil {
-		delete(g.takeover, id)
-	}
-}
+func (g *Group) closeTakeover(id string) { delete(g.takeover, id) }
 
 // TakeoverRejoins reports how many rejoins the takeover window answered
 // with the current generation since the group was loaded.
@@ -93,6 +89,7 @@ func (g *Group) takeoverRejoin(now time.Time, m *member, req *pb.JoinGroupReques
 	}
 	fx.reply(to, resp)
 	g.takeoverRejoins++
+	fx.event(Event{Kind: EventTakeoverRejoin, Generation: g.generation, Detail: m.id})
 	return true
 }
 

@@ -79,24 +79,6 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 	resp.ControllerID = controller
 
 	all := req.Topics == nil || (r.version == 0 && len(req.Topics) == 0)
-	if l.cfg.CaughtUp != nil && !l.cfg.CaughtUp(ctx, 0) && (all || !l.allKnown(req.Topics)) && !l.cfg.CaughtUp(ctx, MetadataCatchUpWait) {
-		// Not caught up: no topic may look missing or smaller than a client
-		// already saw it, so none is answered yet.
-		if all {
-			for _, t := range l.topics.List() {
-				mt := kmsg.NewMetadataResponseTopic()
-				mt.Topic, mt.TopicID, mt.ErrorCode = kmsg.StringPtr(t.Name), t.ID, kerr.LeaderNotAvailable.Code
-				resp.Topics = append(resp.Topics, mt)
-			}
-			return resp
-		}
-		for _, rt := range req.Topics {
-			mt := kmsg.NewMetadataResponseTopic()
-			mt.Topic, mt.TopicID, mt.ErrorCode = rt.Topic, rt.TopicID, kerr.LeaderNotAvailable.Code
-			resp.Topics = append(resp.Topics, mt)
-		}
-		return resp
-	}
 	autoCreate := l.autoOn && (r.version < 4 || req.AllowAutoTopicCreation || !l.cfg.AutoCreateOnlyWhenAllowed)
 	add := func(t catalog.Topic, code int16, name *string) {
 		mt := kmsg.NewMetadataResponseTopic()
@@ -108,6 +90,19 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 			mt.Partitions = l.partitions(t)
 		}
 		resp.Topics = append(resp.Topics, mt)
+	}
+	if !l.caughtUpFor(ctx, all, req.Topics) {
+		// Not caught up: no topic may look missing or smaller than a client
+		// already saw it, so none is answered yet.
+		if all {
+			for _, t := range l.topics.List() {
+				add(t, kerr.LeaderNotAvailable.Code, kmsg.StringPtr(t.Name))
+			}
+		}
+		for _, rt := range req.Topics {
+			add(catalog.Topic{ID: rt.TopicID}, kerr.LeaderNotAvailable.Code, rt.Topic)
+		}
+		return resp
 	}
 	if all {
 		for _, t := range l.topics.List() {
@@ -156,6 +151,17 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 		add(t, errNone, kmsg.StringPtr(name))
 	}
 	return resp
+}
+
+// caughtUpFor reports whether a Metadata request may be answered from the
+// catalog: always on a node that has caught up (Config.CaughtUp), at once
+// when every topic it names is known, and otherwise once the node caught
+// up within MetadataCatchUpWait.
+func (l *Listener) caughtUpFor(ctx context.Context, all bool, topics []kmsg.MetadataRequestTopic) bool {
+	if l.cfg.CaughtUp == nil || l.cfg.CaughtUp(ctx, 0) || (!all && l.allKnown(topics)) {
+		return true
+	}
+	return l.cfg.CaughtUp(ctx, MetadataCatchUpWait)
 }
 
 // allKnown reports whether every topic a Metadata request names is in the

@@ -412,12 +412,12 @@ func fatalJoin(code int16) bool {
 }
 
 func (m *Machine) onJoin(r *pb.JoinGroupResponse, err error, fx *Effects) {
-	if err != nil || r == nil {
+	code := int16(r.GetErrorCode()) // 0 for a nil answer
+	if err != nil || r == nil || coordinatorMoved(code) {
 		m.answeredIfOwned(fx)
 		m.rediscover(fx, Joining)
 		return
 	}
-	code := int16(r.GetErrorCode())
 	switch {
 	case code == 0:
 	case code == kerr.MemberIDRequired.Code:
@@ -431,10 +431,6 @@ func (m *Machine) onJoin(r *pb.JoinGroupResponse, err error, fx *Effects) {
 	case code == kerr.RebalanceInProgress.Code:
 		m.answered(fx)
 		m.sendJoin(fx)
-		return
-	case coordinatorMoved(code):
-		m.answeredIfOwned(fx)
-		m.rediscover(fx, Joining)
 		return
 	case code == kerr.FencedInstanceID.Code:
 		m.stop(fx, fmt.Errorf("%w (join): %w", ErrFenced, kerr.FencedInstanceID))
@@ -613,12 +609,12 @@ func (m *Machine) sendSync(fx *Effects, assignments []*pb.SyncGroupAssignment) {
 }
 
 func (m *Machine) onSync(r *pb.SyncGroupResponse, err error, fx *Effects) {
-	if err != nil || r == nil {
+	code := int16(r.GetErrorCode()) // 0 for a nil answer
+	if err != nil || r == nil || coordinatorMoved(code) {
 		m.answeredIfOwned(fx)
 		m.rediscover(fx, Joining)
 		return
 	}
-	code := int16(r.GetErrorCode())
 	switch {
 	case code == 0:
 	case code == kerr.RebalanceInProgress.Code:
@@ -630,10 +626,6 @@ func (m *Machine) onSync(r *pb.SyncGroupResponse, err error, fx *Effects) {
 		return
 	case code == kerr.IllegalGeneration.Code:
 		m.resetAndRejoin(fx, true)
-		return
-	case coordinatorMoved(code):
-		m.answeredIfOwned(fx)
-		m.rediscover(fx, Joining)
 		return
 	case code == kerr.FencedInstanceID.Code:
 		m.stop(fx, fmt.Errorf("%w (sync): %w", ErrFenced, kerr.FencedInstanceID))

@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -23,8 +23,7 @@ import (
 type catchUp struct {
 	raft   *raft.Raft
 	target uint64 // last log index at start
-	mu     sync.Mutex
-	done   bool
+	done   atomic.Bool
 }
 
 func newCatchUp(r *raft.Raft) *catchUp {
@@ -34,15 +33,13 @@ func newCatchUp(r *raft.Raft) *catchUp {
 // check re-evaluates the condition: a leader is known and every entry the
 // node had at start is applied.
 func (c *catchUp) check() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done {
+	if c.done.Load() {
 		return true
 	}
 	if _, id := c.raft.LeaderWithID(); id == "" || c.raft.AppliedIndex() < c.target {
 		return false
 	}
-	c.done = true
+	c.done.Store(true)
 	return true
 }
 

@@ -314,32 +314,15 @@ func isZombie(client string) bool { return len(client) > 7 && client[:7] == "zom
 // Heartbeat, SyncGroup or OffsetCommit stamped with an older generation
 // that started later succeeds (cluster-test's CheckFencing, with times).
 func checkFencing(rec *Record) []Violation {
-	type joined struct {
-		end time.Time
-		gen int32
-	}
-	joins := map[string][]joined{}
-	for _, o := range rec.Ops {
-		if o.Kind == clustertest.OpJoin && o.OK() {
-			joins[o.Group] = append(joins[o.Group], joined{o.End, o.Gen})
-		}
-	}
-	for _, js := range joins {
-		sort.Slice(js, func(i, j int) bool { return js[i].end.Before(js[j].end) })
-		for i := 1; i < len(js); i++ {
-			js[i].gen = max(js[i].gen, js[i-1].gen)
-		}
-	}
+	joins := handedOut(rec)
 	var vs []Violation
 	for _, o := range rec.Ops {
 		if o.Kind == clustertest.OpJoin || o.Kind == OpFetch || !o.OK() || o.Gen < 0 {
 			continue
 		}
-		js := joins[o.Group]
-		i := sort.Search(len(js), func(i int) bool { return !js[i].end.Before(o.Start) })
-		if i > 0 && js[i-1].gen > o.Gen {
+		if g := joins.before(o.Group, o.Start); g > o.Gen {
 			vs = append(vs, Violation{"I2", o.Start, fmt.Sprintf("%s: %s of %s with generation %d succeeded at %s after generation %d was handed out",
-				o.Group, o.Kind, o.Client, o.Gen, rec.nodeOfAddr(o.Node), js[i-1].gen)})
+				o.Group, o.Kind, o.Client, o.Gen, rec.nodeOfAddr(o.Node), g)})
 		}
 	}
 	return vs
@@ -399,14 +382,34 @@ func checkGenerations(rec *Record, ops []*clustertest.Op) []Violation {
 	}
 	// Across clients, in real time: a JoinGroup that started after another
 	// one had been answered generation g' is never answered an older one.
-	type joined struct {
-		end time.Time
-		gen int32
+	joins := handedOut(rec)
+	for _, o := range rec.Ops {
+		if o.Kind != clustertest.OpJoin || !o.OK() {
+			continue
+		}
+		if g := joins.before(o.Group, o.Start); g > o.Gen {
+			vs = append(vs, Violation{"I3", o.End, fmt.Sprintf("group %s: %s joined generation %d after generation %d was handed out", o.Group, o.Client, o.Gen, g)})
+		}
 	}
-	joins := map[string][]joined{}
+	return vs
+}
+
+// answered is when a JoinGroup answer ended and the highest generation any
+// answer of the group carried by then.
+type answered struct {
+	end time.Time
+	gen int32
+}
+
+// generations holds, per group, its JoinGroup answers in time order.
+type generations map[string][]answered
+
+// handedOut collects the successful JoinGroup answers of every group.
+func handedOut(rec *Record) generations {
+	joins := generations{}
 	for _, o := range rec.Ops {
 		if o.Kind == clustertest.OpJoin && o.OK() {
-			joins[o.Group] = append(joins[o.Group], joined{o.End, o.Gen})
+			joins[o.Group] = append(joins[o.Group], answered{o.End, o.Gen})
 		}
 	}
 	for _, js := range joins {
@@ -415,17 +418,17 @@ func checkGenerations(rec *Record, ops []*clustertest.Op) []Violation {
 			js[i].gen = max(js[i].gen, js[i-1].gen)
 		}
 	}
-	for _, o := range rec.Ops {
-		if o.Kind != clustertest.OpJoin || !o.OK() {
-			continue
-		}
-		js := joins[o.Group]
-		i := sort.Search(len(js), func(i int) bool { return !js[i].end.Before(o.Start) })
-		if i > 0 && js[i-1].gen > o.Gen {
-			vs = append(vs, Violation{"I3", o.End, fmt.Sprintf("group %s: %s joined generation %d after generation %d was handed out", o.Group, o.Client, o.Gen, js[i-1].gen)})
-		}
+	return joins
+}
+
+// before is the highest generation group had handed out before t (-1: none).
+func (g generations) before(group string, t time.Time) int32 {
+	js := g[group]
+	i := sort.Search(len(js), func(i int) bool { return !js[i].end.Before(t) })
+	if i == 0 {
+		return -1
 	}
-	return vs
+	return js[i-1].gen
 }
 
 type genKey struct {

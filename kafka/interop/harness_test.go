@@ -387,6 +387,14 @@ type family struct {
 // assignment DescribeGroups shows for it. It returns the generation.
 func waitStable(t *testing.T, cl *kgo.Client, group, topic string, clients []*proc, timeout time.Duration) int32 {
 	t.Helper()
+	return waitGroup(t, cl, group, topic, clients, timeout, func(d described) string { return checkStable(d, clients) })
+}
+
+// waitGroup polls DescribeGroups until check finds nothing missing ("")
+// and returns the generation; after timeout it fails the test with what
+// check said last and every client's own view.
+func waitGroup(t *testing.T, cl *kgo.Client, group, topic string, clients []*proc, timeout time.Duration, check func(described) string) int32 {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var why string
 	for time.Now().Before(deadline) {
@@ -398,7 +406,7 @@ func waitStable(t *testing.T, cl *kgo.Client, group, topic string, clients []*pr
 			why = err.Error()
 			continue
 		}
-		if why = checkStable(d, clients); why == "" {
+		if why = check(d); why == "" {
 			return d.gen
 		}
 	}
@@ -407,7 +415,7 @@ func waitStable(t *testing.T, cl *kgo.Client, group, topic string, clients []*pr
 		owned, gen, member, n := c.state()
 		views = append(views, fmt.Sprintf("%s owned=%v gen=%d member=%s reports=%d", c.name, owned, gen, member, n))
 	}
-	t.Fatalf("group %s not stable within %v: %s\nclients: %s", group, timeout, why, strings.Join(views, "; "))
+	t.Fatalf("group %s not settled within %v: %s\nclients: %s", group, timeout, why, strings.Join(views, "; "))
 	return 0
 }
 

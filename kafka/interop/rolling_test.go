@@ -299,19 +299,8 @@ func waitSettled(t *testing.T, cl *kgo.Client, group, topic string, clients []*p
 	if all {
 		return waitStable(t, cl, group, topic, clients, timeout)
 	}
-	deadline := time.Now().Add(timeout)
-	var why string
-	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		d, err := describe(ctx, cl, group, topic)
-		cancel()
-		if err != nil {
-			why = err.Error()
-			continue
-		}
+	return waitGroup(t, cl, group, topic, clients, timeout, func(d described) string {
 		var in []*proc
-		why = ""
 		for _, c := range clients {
 			owned, _, member, _ := c.state()
 			_, isMember := d.members[member]
@@ -323,19 +312,14 @@ func waitSettled(t *testing.T, cl *kgo.Client, group, topic string, clients []*p
 			case member != "" && isMember:
 				in = append(in, c)
 			case len(owned) > 0:
-				why = fmt.Sprintf("%s is outside the group and owns %v", c.name, owned)
+				return fmt.Sprintf("%s is outside the group and owns %v", c.name, owned)
 			}
 		}
-		if why == "" && len(in) > 0 {
-			if why = checkStable(d, in); why == "" {
-				return d.gen
-			}
-		} else if why == "" {
-			why = "no client is a member"
+		if len(in) == 0 {
+			return "no client is a member"
 		}
-	}
-	t.Fatalf("group %s not settled within %v: %s", group, timeout, why)
-	return 0
+		return checkStable(d, in)
+	})
 }
 
 // wantFeature checks what ApiVersions v3 tells a real client about the
