@@ -51,6 +51,7 @@ type groupGone struct {
 type groupActor struct {
 	id       string
 	env      *env
+	term     uint64 // the router's activation this actor serves
 	g        *coordinator.Group
 	fx       coordinator.Effects
 	timers   map[coordinator.TimerKey]*timerEntry
@@ -60,9 +61,9 @@ type groupActor struct {
 	track    tracker
 }
 
-func newGroupActor(id string, e *env) actor.Producer {
+func newGroupActor(id string, e *env, term uint64) actor.Producer {
 	return func() actor.Actor {
-		a := &groupActor{id: id, env: e, timers: map[coordinator.TimerKey]*timerEntry{}}
+		a := &groupActor{id: id, env: e, term: term, timers: map[coordinator.TimerKey]*timerEntry{}}
 		a.behavior = actor.NewBehavior()
 		a.behavior.Become(a.active)
 		return a
@@ -97,6 +98,10 @@ func (a *groupActor) active(ctx actor.Context) {
 // answer goes (a PID for remote and future-based callers, a channel for
 // local calls).
 func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordinator.ReplyTo) {
+	if !a.env.answers(a.term) {
+		deliver(ctx, to, coordinator.NotCoordinator(req, coordinator.ErrNotCoordinator))
+		return
+	}
 	now := a.env.clock.Now()
 	if _, hb := req.(*pb.HeartbeatRequest); !hb && a.env.observer != nil {
 		a.track.cause = causeOf(a.g, req)
@@ -167,8 +172,8 @@ func (a *groupActor) onStarted(ctx actor.Context) {
 
 func (a *groupActor) onTimer(ctx actor.Context, m *timerFired) {
 	e := a.timers[m.key]
-	if e != m.entry {
-		return // cancelled, or from an earlier incarnation
+	if e != m.entry || a.env.serving.Load() != a.term {
+		return // cancelled, from an earlier incarnation, or the term is over
 	}
 	now := a.env.clock.Now()
 	if now.Before(e.deadline) {

@@ -35,6 +35,21 @@ type env struct {
 	// count, readable from any goroutine).
 	loading atomic.Int64
 	guard   guardCounters
+	// lease, when set, must hold for a group actor to answer: false
+	// answers NOT_COORDINATOR (see Options.Lease).
+	lease func() bool
+	// serving is the router's activation count while it coordinates and 0
+	// once deactivation begins. A group actor answers only while it equals
+	// the activation it was spawned in: one still draining its mailbox
+	// after a deactivation (or a quick re-activation) answers
+	// NOT_COORDINATOR instead of from state a newer leader may have changed.
+	serving atomic.Uint64
+}
+
+// answers reports whether a group actor spawned in activation term may
+// answer from its state now.
+func (e *env) answers(term uint64) bool {
+	return e.serving.Load() == term && (e.lease == nil || e.lease())
 }
 
 // guardCounters sum the ownership guard's decisions over every group.
@@ -63,7 +78,8 @@ type groupsActor struct {
 	loading  map[string]bool
 	lists    []pendingList
 	stopping bool
-	active   bool // activate on start
+	active   bool   // activate on start
+	terms    uint64 // activations so far
 	behavior actor.Behavior
 }
 
@@ -120,6 +136,8 @@ func (r *groupsActor) fenced(ctx actor.Context) {
 
 func (r *groupsActor) onActivate(ctx actor.Context) {
 	r.stopping = false
+	r.terms++
+	r.env.serving.Store(r.terms)
 	r.behavior.Become(r.serving)
 	r.loadStored(ctx)
 }
@@ -203,12 +221,15 @@ func (r *groupsActor) loaded(ctx actor.Context, id string) {
 }
 
 // onDeactivate stops every group actor (each answers its parked requests
-// NOT_COORDINATOR) and forgets them.
+// NOT_COORDINATOR) and forgets them. A poison pill, not a stop: the requests
+// already in a mailbox are answered (NOT_COORDINATOR, the term is over)
+// before the actor stops, where a stop would drop them unanswered.
 func (r *groupsActor) onDeactivate(ctx actor.Context) {
 	r.stopping = true
+	r.env.serving.Store(0)
 	for id, pid := range r.children {
 		r.env.directory.Delete(id)
-		ctx.Stop(pid)
+		ctx.Poison(pid)
 	}
 	clear(r.children)
 	clear(r.summaries)
@@ -237,7 +258,7 @@ func (r *groupsActor) loadStored(ctx actor.Context) {
 }
 
 func (r *groupsActor) spawn(ctx actor.Context, id string) *actor.PID {
-	props := actor.PropsFromProducer(newGroupActor(id, r.env),
+	props := actor.PropsFromProducer(newGroupActor(id, r.env, r.terms),
 		actor.WithSupervisor(actor.NewOneForOneStrategy(10, time.Minute, actor.DefaultDecider)),
 		// A group actor runs on the goroutine of whoever sends to it while
 		// it is idle: no goroutine hand-off per request. It never blocks.

@@ -33,6 +33,12 @@ type Options struct {
 	// Observer, when set, is kept current with every group's view, its
 	// rebalance history and the group metrics.
 	Observer *Observer
+	// Lease, when set, is asked before a group actor answers any request:
+	// false answers NOT_COORDINATOR. A Raft leader's lease (confirmed by a
+	// quorum within the last heartbeat timeout) keeps a leader that was
+	// paused past an election from answering from state a newer leader has
+	// changed.
+	Lease func() bool
 }
 
 // Service is the group coordinator running on an actor system: the groups
@@ -122,7 +128,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer}
+	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer, lease: opts.Lease}
 	if e.store == nil {
 		return nil, errors.New("actors: a store is required")
 	}
@@ -202,6 +208,7 @@ func (s *Service) Coordinating() bool { return s.active.Load() }
 // answered NOT_COORDINATOR) and every request is answered NOT_COORDINATOR.
 func (s *Service) Deactivate(timeout time.Duration) error {
 	s.active.Store(false)
+	s.env.serving.Store(0)
 	_, err := s.system.Root.RequestFuture(s.router, &deactivate{}, timeout).Result()
 	return err
 }

@@ -41,7 +41,12 @@ func (a *adminActor) Receive(ctx actor.Context) {
 		a.async(ctx, func() proto.Message {
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
-			return a.n.adminResponse(a.n.raft.RemoveVoter(ctx, m.GetNodeId()))
+			remove := func() error { return a.n.raft.RemoveVoter(ctx, m.GetNodeId()) }
+			if m.GetNodeId() == a.n.raft.ID() {
+				// Removing the leader hands leadership over first.
+				return a.n.adminResponse(a.n.withoutLease(remove))
+			}
+			return a.n.adminResponse(remove())
 		})
 	case *raftpb.TopicCreate:
 		cmd := catalog.CreateTopic{Name: m.GetName(), Partitions: m.GetPartitions()}
@@ -50,7 +55,9 @@ func (a *adminActor) Receive(ctx actor.Context) {
 	case *raftpb.TopicDelete:
 		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(catalog.DeleteTopic{Name: m.GetName()}) })
 	case *clusterpb.TransferLeadershipRequest:
-		a.async(ctx, func() proto.Message { return a.n.adminResponse(a.n.raft.TransferLeadership(m.GetNodeId())) })
+		a.async(ctx, func() proto.Message {
+			return a.n.adminResponse(a.n.withoutLease(func() error { return a.n.raft.TransferLeadership(m.GetNodeId()) }))
+		})
 	}
 }
 

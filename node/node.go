@@ -171,6 +171,7 @@ type Node struct {
 	bg         sync.WaitGroup
 	closeOnce  sync.Once
 	active     atomic.Bool
+	lease      *leaderLease
 	registry   *prometheus.Registry
 	observer   *actors.Observer
 	http       *ops.Server
@@ -225,7 +226,8 @@ func Start(cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true, Observer: n.observer})
+	n.lease = newLeaderLease(n.raft.HeartbeatTimeout())
+	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true, Observer: n.observer, Lease: n.leaseHeld})
 	if err != nil {
 		return nil, err
 	}
@@ -256,8 +258,9 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err = n.startHTTP(); err != nil {
 		return nil, err
 	}
-	n.bg.Add(1)
+	n.bg.Add(2)
 	go n.watchLeadership()
+	go n.renewLease()
 	go n.stopOnHalt()
 	if n.remote != nil {
 		n.bg.Add(1)
@@ -291,6 +294,7 @@ func (n *Node) watchLeadership() {
 			if seededbug.On("stale-leader") {
 				continue
 			}
+			n.lease.drop()
 			n.log.Info("leadership lost: group service fenced")
 			n.active.Store(false)
 			if err := n.service.Deactivate(activateTimeout); err != nil {
@@ -302,6 +306,9 @@ func (n *Node) watchLeadership() {
 
 func (n *Node) onLeader() {
 	start := time.Now()
+	// The barrier's commit is a quorum's confirmation too: the lease holds
+	// from the moment it was sent.
+	at, epoch := n.lease.begin()
 	if err := n.raft.Raft.Barrier(activateTimeout).Error(); err != nil {
 		n.log.Warn("leader barrier failed", "err", err)
 		return
@@ -309,6 +316,7 @@ func (n *Node) onLeader() {
 	if !n.raft.IsLeader() {
 		return
 	}
+	n.lease.renew(at, epoch)
 	if err := n.service.Activate(activateTimeout); err != nil {
 		n.log.Error("activate group service", "err", err)
 		return
@@ -498,7 +506,7 @@ func (n *Node) RemoteAddr() string { return n.remoteAddr }
 // another voter, so members see a failover without a session timeout.
 func (n *Node) Shutdown() error {
 	if n.raft != nil && n.raft.IsLeader() && len(n.raft.Voters()) > 1 {
-		if err := n.raft.Raft.LeadershipTransfer().Error(); err != nil {
+		if err := n.withoutLease(func() error { return n.raft.Raft.LeadershipTransfer().Error() }); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
 			n.log.Info("leadership transferred before shutdown", "leader", n.raft.LeaderID())

@@ -1,0 +1,132 @@
+package node
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cohort-coord/cohort/internal/seededbug"
+)
+
+// leaderLease fences the answers a leader gives from its own state
+// (heartbeats, offset fetches, descriptions, a stable group's SyncGroup):
+// they are given only while a quorum has confirmed this node's leadership
+// recently enough that no other node can have been elected since.
+//
+// Raft alone does not give that. A leader that was stopped (SIGSTOP, a long
+// GC or VM pause) for longer than the election timeout resumes believing it
+// leads: its connections' readers run before its Raft goroutine notices the
+// newer term, and answer requests that were queued in the kernel from a
+// state the new leader has since changed (a member it expired, an offset
+// committed since). Writes are safe (they fail to commit), reads are not.
+//
+// A follower starts an election only after it has not heard from its leader
+// for a heartbeat timeout. So when a round of heartbeats sent at t is
+// answered by a quorum, no other leader exists before t + heartbeat timeout;
+// the lease lasts 90% of that (margin for clock-rate drift). It is renewed
+// every fifth of the heartbeat timeout with raft's VerifyLeader, measured on
+// the monotonic clock (which keeps running while the process is stopped),
+// and dropped before this node hands leadership over on purpose (a transfer
+// elects the target at once, without waiting for a timeout).
+type leaderLease struct {
+	base     time.Time
+	validity time.Duration
+	until    atomic.Int64 // nanoseconds since base; 0: not held
+
+	mu    sync.Mutex
+	epoch uint64 // bumped by every drop: a renewal begun before it is void
+	held  int    // drops in progress (transfers); no renewal while > 0
+}
+
+func newLeaderLease(heartbeatTimeout time.Duration) *leaderLease {
+	return &leaderLease{base: time.Now(), validity: heartbeatTimeout * 9 / 10}
+}
+
+// Held reports whether this node may answer from its own state now.
+func (l *leaderLease) Held() bool {
+	return int64(time.Since(l.base)) < l.until.Load()
+}
+
+// renew records a quorum confirmation of leadership begun at start (a time
+// from l.now) unless a drop happened since epoch was read.
+func (l *leaderLease) renew(start int64, epoch uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch == epoch && l.held == 0 {
+		if u := start + int64(l.validity); u > l.until.Load() {
+			l.until.Store(u)
+		}
+	}
+}
+
+// begin returns the time and epoch a renewal attempt starts at.
+func (l *leaderLease) begin() (int64, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int64(time.Since(l.base)), l.epoch
+}
+
+// drop ends the lease at once (leadership lost).
+func (l *leaderLease) drop() {
+	l.mu.Lock()
+	l.epoch++
+	l.until.Store(0)
+	l.mu.Unlock()
+}
+
+// suspend drops the lease and keeps it from being renewed until the
+// returned function is called (a leadership transfer and its outcome).
+func (l *leaderLease) suspend() (resume func()) {
+	l.mu.Lock()
+	l.epoch++
+	l.held++
+	l.until.Store(0)
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.held--
+			l.mu.Unlock()
+		})
+	}
+}
+
+// leaseHeld is the group service's fence: answers from local state only
+// under the lease. The stale-leader seeded bug answers regardless.
+func (n *Node) leaseHeld() bool {
+	return n.lease.Held() || seededbug.On("stale-leader")
+}
+
+// renewLease keeps the lease while this node leads: one VerifyLeader round
+// every fifth of the heartbeat timeout.
+func (n *Node) renewLease() {
+	defer n.bg.Done()
+	every := n.raft.HeartbeatTimeout() / 5
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		if n.raft.Raft.State() != raft.Leader {
+			continue
+		}
+		start, epoch := n.lease.begin()
+		if n.raft.Raft.VerifyLeader().Error() == nil {
+			n.lease.renew(start, epoch)
+		}
+	}
+}
+
+// withoutLease runs a leadership hand-over with the lease dropped, so no
+// answer is given from this node's state once another node may lead.
+func (n *Node) withoutLease(f func() error) error {
+	resume := n.lease.suspend()
+	defer resume()
+	return f()
+}
