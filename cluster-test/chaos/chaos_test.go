@@ -52,16 +52,18 @@ func keep(t *testing.T, rep *Report) {
 	os.WriteFile(filepath.Join(dir, "timeline.html"), []byte(rep.Timeline()), 0o644)
 }
 
-// TestNemeses is the CI matrix: each nemesis alone against 3 nodes, and the
-// checkers must find nothing. A run below its workload floor fails too.
+// TestNemeses is the CI matrix: each nemesis alone against 3 nodes for a
+// minute of faults, and the checkers must find nothing. A run below its
+// workload floor (operations, faults, leader changes) fails too.
 func TestNemeses(t *testing.T) {
 	skipShort(t)
-	d := ciDuration(t, 20*time.Second)
+	d := ciDuration(t, time.Minute)
 	for i, nem := range Nemeses {
 		t.Run(nem, func(t *testing.T) {
 			cfg := DefaultConfig(d, uint64(1000+i))
 			cfg.Nemeses = []string{nem}
-			cfg.Floor.Faults = 2
+			cfg.Floor.Faults = max(2, int(d/(20*time.Second)))
+			cfg.MoveLeaders()
 			rep, err := Run(t, cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -340,3 +340,90 @@ Green strip at the top: the heal; grey: the checks after it. %s</p>
 <h4>violations</h4><ul>%s</ul>
 <h4>summary</h4><pre>%s</pre></body></html>`, rec.Seed, rec.Seed, legend.String(), left+width+20, h+10, svg, viol.String(), html.EscapeString(r.Summary()))
 }
+
+// Matrix summarizes many runs, one row per nemesis set: runs and how many
+// passed, faults, leader changes, answered operations, violations per
+// invariant, failover times pooled over the runs (p50/p99/max), and the
+// rebalances: every new generation handed out, and those a failover caused
+// while members kept heartbeating (L2).
+func Matrix(reps []*Report) string {
+	type row struct {
+		runs, passed, invalid, faults, leaders, ok, gens int
+		inv                                              map[string]int
+		failovers                                        []time.Duration
+		seeds                                            []string
+	}
+	rows := map[string]*row{}
+	for _, r := range reps {
+		key := strings.Join(r.Record.Nemeses, ",")
+		if r.Record.Bugs != "" {
+			key += " (bug " + r.Record.Bugs + ")"
+		}
+		w := rows[key]
+		if w == nil {
+			w = &row{inv: map[string]int{}}
+			rows[key] = w
+		}
+		w.runs++
+		switch {
+		case r.Passed():
+			w.passed++
+		case len(r.Violations) == 0:
+			w.invalid++
+		default:
+			w.seeds = append(w.seeds, fmt.Sprint(r.Record.Seed))
+		}
+		w.faults += len(r.Record.Faults)
+		w.leaders += r.Record.LeaderChanges()
+		seen := map[string]bool{}
+		for _, o := range r.Record.Ops {
+			if !o.OK() {
+				continue
+			}
+			w.ok++
+			if o.Kind == "join" && o.Gen > 0 {
+				seen[fmt.Sprintf("%s/%d", o.Group, o.Gen)] = true
+			}
+		}
+		w.gens += len(seen)
+		for k, n := range r.ByInvariant() {
+			w.inv[k] += n
+		}
+		for _, ds := range r.Failovers {
+			w.failovers = append(w.failovers, ds...)
+		}
+	}
+	var b strings.Builder
+	const layout = "%-12s %4v %6v %6v %7v %8v %10v %9v %8v %8v %8v %11v %10v  %v\n"
+	fmt.Fprintf(&b, layout, "nemeses", "runs", "passed", "faults", "leaders", "ok-ops", "violations", "failovers", "p50", "p99", "max", "generations", "failover-", "failed seeds")
+	fmt.Fprintf(&b, layout, "", "", "", "", "changed", "", "", "", "", "", "", "", "rebalances", "")
+	for _, k := range slices.Sorted(maps.Keys(rows)) {
+		w := rows[k]
+		nv := 0
+		for _, n := range w.inv {
+			nv += n
+		}
+		ms := func(q float64) string {
+			if len(w.failovers) == 0 {
+				return "-"
+			}
+			return Percentile(w.failovers, q).Round(time.Millisecond).String()
+		}
+		passed := fmt.Sprint(w.passed)
+		if w.invalid > 0 {
+			passed += fmt.Sprintf(" (%d invalid)", w.invalid)
+		}
+		fmt.Fprintf(&b, layout, k, w.runs, passed, w.faults, w.leaders, w.ok, nv,
+			len(w.failovers), ms(.5), ms(.99), ms(1), w.gens, w.inv["L2"], strings.Join(w.seeds, " "))
+	}
+	var total []string
+	for _, inv := range Invariants {
+		n := 0
+		for _, w := range rows {
+			n += w.inv[inv]
+		}
+		total = append(total, fmt.Sprintf("%s %d", inv, n))
+	}
+	fmt.Fprintf(&b, "\nviolations by invariant over all runs: %s\n", strings.Join(total, ", "))
+	return b.String()
+}

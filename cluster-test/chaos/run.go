@@ -74,6 +74,16 @@ func DefaultConfig(d time.Duration, seed uint64) Config {
 	}
 }
 
+// MoveLeaders sets the floor of leader changes for nemeses that move
+// leadership: at least one a minute of faults (one for shorter runs).
+func (c *Config) MoveLeaders() {
+	for _, n := range c.Nemeses {
+		if n == "kill" || n == "pause" || n == "partition" || n == "transfer" {
+			c.Floor.LeaderChanges = max(1, int(c.Duration/time.Minute))
+		}
+	}
+}
+
 // Raft timings of every chaos node (cluster-test's defaults) and the
 // snapshot settings that make a follower cut off for a few seconds of
 // commits install a snapshot.

@@ -56,3 +56,32 @@ func TestReplay(t *testing.T) {
 		t.Errorf("picture: %v", err)
 	}
 }
+
+// --summarize prints the matrix table of saved runs: one row per nemesis
+// set, the failed seed named, violations counted per invariant.
+func TestSummarize(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	commit := &chaos.Op{Op: clustertest.Op{Kind: clustertest.OpCommit, Group: "g", Client: "a", Gen: 1, Topic: "t",
+		Offsets: map[int32]int64{0: 7}, Acked: map[int32]bool{0: true}, Start: at(0), End: at(10)}}
+	fetch := &chaos.Op{Op: clustertest.Op{Kind: chaos.OpFetch, Group: "g", Client: "f", Gen: -1, Topic: "t",
+		Offsets: map[int32]int64{0: -1}, Start: at(20), End: at(30)}}
+	rec := &chaos.Record{Seed: 41, Nodes: []string{"node1"}, Nemeses: []string{"kill"}, Start: t0, FaultsStart: t0, FaultsEnd: at(1000), Healed: at(1000), End: at(2000),
+		Groups: []chaos.GroupInfo{{ID: "g", Topic: "t", Partitions: 1, Style: "eager"}}, Ops: []*chaos.Op{commit, fetch}}
+	dir := t.TempDir()
+	if err := rec.Save(filepath.Join(dir, "history.json")); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"--summarize", dir}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{"kill ", " 41", "I1 1,"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if code := run([]string{"--summarize"}, &out, &errb); code != 2 {
+		t.Errorf("--summarize without directories: exit %d, want 2", code)
+	}
+}
