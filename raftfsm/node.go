@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -110,12 +111,19 @@ func Open(cfg Config) (*Node, error) {
 	}
 	hl := newHclog(cfg.Logger, "raft")
 	tc := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: hl}
+	var peers peerAddrs
 	if len(cfg.PeerAddrs) > 0 {
-		tc.ServerAddressProvider = peerAddrs(cfg.PeerAddrs)
+		peers = maps.Clone(peerAddrs(cfg.PeerAddrs))
+		tc.ServerAddressProvider = peers
 	}
 	transport, err := raft.NewTCPTransportWithConfig(bind, nil, tc)
 	if err != nil {
 		return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
+	}
+	if _, ok := peers[cfg.NodeID]; peers != nil && !ok {
+		// The transport asks the provider for this node's own address on
+		// every RPC it sends (and logs a warning when it has none).
+		peers[cfg.NodeID] = string(transport.LocalAddr())
 	}
 	if err := os.WriteFile(filepath.Join(cfg.Dir, "raft-addr"), []byte(transport.LocalAddr()), 0o644); err != nil {
 		transport.Close()

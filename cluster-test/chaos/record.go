@@ -31,6 +31,10 @@ type LeaderSample struct {
 	At     time.Time `json:"at"`
 	Leader string    `json:"leader"`
 	Term   uint64    `json:"term"`
+	// Load is the machine's 1-minute load average then: on a machine
+	// with more runnable threads than cores, heartbeats are late and
+	// leaders step down without a fault.
+	Load float64 `json:"load,omitempty"`
 }
 
 // Event is a workload membership change or a client callback: add, crash,
@@ -168,6 +172,15 @@ func leaderChanges0(ls []LeaderSample) int {
 
 // LeaderChanges counts the moments the leader became another node.
 func (r *Record) LeaderChanges() int { return leaderChanges0(r.Leaders) }
+
+// MaxLoad is the highest 1-minute load average sampled during the run.
+func (r *Record) MaxLoad() float64 {
+	m := 0.0
+	for _, s := range r.Leaders {
+		m = max(m, s.Load)
+	}
+	return m
+}
 
 // sortOps orders ops by start time (stable for equal starts).
 func sortOps(ops []*Op) {

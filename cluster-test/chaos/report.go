@@ -94,7 +94,7 @@ func (r *Report) Summary() string {
 		}
 		fmt.Fprintf(&b, "%-12s %5d  %s\n", k, len(byKind[k]), strings.Join(ds, ", "))
 	}
-	fmt.Fprintf(&b, "\nleader changes %d; snapshot installs %d\n", rec.LeaderChanges(), rec.SnapshotInstalls)
+	fmt.Fprintf(&b, "\nleader changes %d; snapshot installs %d; machine load (1-minute average) up to %.1f\n", rec.LeaderChanges(), rec.SnapshotInstalls, rec.MaxLoad())
 	if len(r.Failovers) > 0 {
 		fmt.Fprintf(&b, "\n%-12s %5s %8s %8s %8s  (fault -> first group request answered by another node)\n", "failover", "n", "p50", "p99", "max")
 		var all []time.Duration
@@ -349,6 +349,7 @@ Green strip at the top: the heal; grey: the checks after it. %s</p>
 func Matrix(reps []*Report) string {
 	type row struct {
 		runs, passed, invalid, faults, leaders, ok, gens int
+		load                                             float64
 		inv                                              map[string]int
 		failovers                                        []time.Duration
 		seeds                                            []string
@@ -374,6 +375,7 @@ func Matrix(reps []*Report) string {
 			w.seeds = append(w.seeds, fmt.Sprint(r.Record.Seed))
 		}
 		w.faults += len(r.Record.Faults)
+		w.load = max(w.load, r.Record.MaxLoad())
 		w.leaders += r.Record.LeaderChanges()
 		seen := map[string]bool{}
 		for _, o := range r.Record.Ops {
@@ -394,9 +396,9 @@ func Matrix(reps []*Report) string {
 		}
 	}
 	var b strings.Builder
-	const layout = "%-12s %4v %6v %6v %7v %8v %10v %9v %8v %8v %8v %11v %10v  %v\n"
-	fmt.Fprintf(&b, layout, "nemeses", "runs", "passed", "faults", "leaders", "ok-ops", "violations", "failovers", "p50", "p99", "max", "generations", "failover-", "failed seeds")
-	fmt.Fprintf(&b, layout, "", "", "", "", "changed", "", "", "", "", "", "", "", "rebalances", "")
+	const layout = "%-12s %4v %6v %6v %7v %8v %10v %9v %8v %8v %8v %11v %10v %5v  %v\n"
+	fmt.Fprintf(&b, layout, "nemeses", "runs", "passed", "faults", "leaders", "ok-ops", "violations", "failovers", "p50", "p99", "max", "generations", "failover-", "max", "failed seeds")
+	fmt.Fprintf(&b, layout, "", "", "", "", "changed", "", "", "", "", "", "", "", "rebalances", "load", "")
 	for _, k := range slices.Sorted(maps.Keys(rows)) {
 		w := rows[k]
 		nv := 0
@@ -414,7 +416,7 @@ func Matrix(reps []*Report) string {
 			passed += fmt.Sprintf(" (%d invalid)", w.invalid)
 		}
 		fmt.Fprintf(&b, layout, k, w.runs, passed, w.faults, w.leaders, w.ok, nv,
-			len(w.failovers), ms(.5), ms(.99), ms(1), w.gens, w.inv["L2"], strings.Join(w.seeds, " "))
+			len(w.failovers), ms(.5), ms(.99), ms(1), w.gens, w.inv["L2"], fmt.Sprintf("%.1f", w.load), strings.Join(w.seeds, " "))
 	}
 	var total []string
 	for _, inv := range Invariants {

@@ -340,8 +340,20 @@ func (r *run) sampleLeaders() {
 				best, term = st.NodeId, st.Term
 			}
 		}
-		r.rec.leader(LeaderSample{At: time.Now(), Leader: best, Term: term})
+		r.rec.leader(LeaderSample{At: time.Now(), Leader: best, Term: term, Load: loadAverage()})
 	}
+}
+
+// loadAverage is the machine's 1-minute load average (0 where /proc has
+// none).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	fmt.Sscanf(string(b), "%f", &l)
+	return l
 }
 
 func (r *run) isPaused(i int) bool {
