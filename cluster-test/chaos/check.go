@@ -645,7 +645,7 @@ func checkFailoverRebalances(rec *Record) []Violation {
 		// member's expiry moves with each failover.
 		caused := map[int32]bool{}
 		for _, e := range rec.Events {
-			if e.Group != g.ID || e.Kind != "add" && e.Kind != "crash" {
+			if e.Group != g.ID || e.Kind != "add" && e.Kind != "crash" && e.Kind != "leave" {
 				continue
 			}
 			for _, gen := range gens {
@@ -672,7 +672,7 @@ func checkFailoverRebalances(rec *Record) []Violation {
 
 func explained(rec *Record, group string, at time.Time, window time.Duration) bool {
 	for _, e := range rec.Events {
-		if e.Group == group && (e.Kind == "add" || e.Kind == "crash") && !e.At.After(at) && at.Sub(e.At) <= window {
+		if e.Group == group && (e.Kind == "add" || e.Kind == "crash" || e.Kind == "leave") && !e.At.After(at) && at.Sub(e.At) <= window {
 			return true
 		}
 	}

@@ -20,8 +20,16 @@
 //
 // The native API between nodes carries only JoinRequest (a restarted or
 // re-added node asking to be a voter); it is not proxied. Kafka clients
-// reach every node directly: an isolated leader stays reachable by clients,
-// which is the case that matters for fencing.
+// and the member-library members (over the native API) reach every node
+// directly: an isolated leader stays reachable by clients, which is the case
+// that matters for fencing.
+//
+// The workload: emulated members (eager and static, cluster-test's Member
+// over the Kafka protocol, every request recorded), franz-go consumers
+// (cooperative-sticky) and members of cohort's own member library over the
+// native API (its default balancers, cooperative-sticky first), the last two
+// recorded through their assigned / revoked / lost callbacks and their
+// commits.
 package chaos
 
 import (

@@ -208,10 +208,13 @@ func (r *Report) Timeline() string {
 	y += lane
 	label("workload events")
 	for _, e := range rec.Events {
-		if e.Kind == "add" || e.Kind == "crash" {
+		if e.Kind == "add" || e.Kind == "crash" || e.Kind == "leave" {
 			c := "#2ca02c"
-			if e.Kind == "crash" {
+			switch e.Kind {
+			case "crash":
 				c = "#d62728"
+			case "leave":
+				c = "#ff7f0e"
 			}
 			fmt.Fprintf(&body, `<circle cx="%.1f" cy="%.1f" r="4" fill="%s"><title>%s %s %s at %s</title></circle>`, x(e.At), y+lane/2, c, e.Group, e.Client, e.Kind, rel(e.At))
 		}

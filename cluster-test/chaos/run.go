@@ -105,6 +105,7 @@ type run struct {
 	rec *recorder
 	hst *clustertest.History
 	kg  *kgoGroup
+	lg  *libGroup
 
 	begin   time.Time // the workload started: log times count from here
 	stopAux chan struct{}
@@ -216,6 +217,10 @@ func (r *run) run() (*Report, error) {
 		return nil, err
 	}
 	r.t.Cleanup(r.kg.close)
+	if r.lg, err = startLibGroup(ctx, r, "group-lib", "topic-lib", 6, 3, settle); err != nil {
+		return nil, err
+	}
+	r.t.Cleanup(r.lg.close)
 	r.w.SetCommits(true)
 	start := time.Now()
 	for _, g := range r.w.Groups {
@@ -225,8 +230,11 @@ func (r *run) run() (*Report, error) {
 	}
 	r.auxWG.Add(2)
 	go r.fetcher(r.kg.group, r.kg.topic, r.kg.partitions)
+	r.auxWG.Add(1)
+	go r.fetcher(r.lg.group, r.lg.topic, r.lg.partitions)
 	go r.sampleLeaders()
 	r.kg.setCommits(true)
+	r.lg.setCommits(true)
 
 	r.begin = begin
 	r.nemesisLoop(start, start.Add(cfg.Duration))
@@ -240,10 +248,12 @@ func (r *run) run() (*Report, error) {
 	live := map[string][]Violation{}
 	r.checkStable(ctx, healed, live)
 	r.kg.setCommits(false)
+	r.lg.setCommits(false)
 	if err := r.w.StopCommits(15 * time.Second); err != nil {
 		live["I5"] = append(live["I5"], Violation{"I5", time.Now(), err.Error()})
 	}
 	r.kg.waitCommits()
+	r.lg.waitCommits()
 	close(r.stopAux)
 	r.auxWG.Wait()
 	final := r.finalFetch(ctx)
@@ -268,7 +278,8 @@ func (r *run) run() (*Report, error) {
 		}
 		rec.Groups = append(rec.Groups, GroupInfo{g.ID, g.Topic, g.Partitions, style})
 	}
-	rec.Groups = append(rec.Groups, GroupInfo{r.kg.group, r.kg.topic, r.kg.partitions, "cooperative"})
+	rec.Groups = append(rec.Groups, GroupInfo{r.kg.group, r.kg.topic, r.kg.partitions, "cooperative"},
+		GroupInfo{r.lg.group, r.lg.topic, r.lg.partitions, "library"})
 	rec.Ops = fromCluster(r.hst.Ops())
 	r.rec.mu.Lock()
 	rec.Faults, rec.Leaders, rec.Events = r.rec.faults, r.rec.leaders, r.rec.events
@@ -488,8 +499,14 @@ func (r *run) members(g *clustertest.GroupLoad) []*clustertest.Member {
 	return slices.Clone(g.Members)
 }
 
-// churn crashes or adds one emulated member (between 3 and 5 per group).
+// churn crashes or adds one emulated member (between 3 and 5 per group),
+// or, one time in four, replaces a member-library member (a graceful leave
+// and a new join).
 func (r *run) churn() {
+	if r.rng.IntN(4) == 0 {
+		r.lg.churn()
+		return
+	}
 	g := r.w.Groups[r.rng.IntN(len(r.w.Groups))]
 	membersMu.Lock()
 	defer membersMu.Unlock()
@@ -515,7 +532,7 @@ func (r *run) finalFetch(ctx context.Context) []FinalOffset {
 	for _, g := range r.w.Groups {
 		all = append(all, gt{g.ID, g.Topic, g.Partitions})
 	}
-	all = append(all, gt{r.kg.group, r.kg.topic, r.kg.partitions})
+	all = append(all, gt{r.kg.group, r.kg.topic, r.kg.partitions}, gt{r.lg.group, r.lg.topic, r.lg.partitions})
 	conns := clustertest.NewConns("final-fetch")
 	defer conns.Close()
 	for _, g := range all {
@@ -585,6 +602,9 @@ func (r *run) stableNow(ctx context.Context) (bool, string) {
 		}
 	}
 	if why := r.kg.stable(); why != "" {
+		return false, why
+	}
+	if why := r.lg.stable(); why != "" {
 		return false, why
 	}
 	return true, ""
