@@ -63,6 +63,17 @@ func TestLinearizableOffsets(t *testing.T) {
 			t.Errorf("%s: a violation without its moment: %v", c.name, vs)
 		}
 	}
+	// A client that retries commits itself (franz-go, the member library)
+	// reports the answer to its last attempt: UNKNOWN_MEMBER_ID from the
+	// new coordinator after the first attempt was applied through a
+	// leader that paused (the 5-minute pause run with seed 105).
+	for _, style := range []string{"cooperative", "library"} {
+		rec := record(commitOp("a", 1, 0, 1, 0, 10, true, 0, false), commitOp("a", 1, 0, 2, 20, 7000, false, 25, false), fetchOp(0, 2, 6000, 6100))
+		rec.Groups[0].Style = style
+		if _, vs := checkLinearizable(rec); len(vs) != 0 {
+			t.Errorf("%s group: a refusal after the client's own retries is an unknown outcome, got:\n%s", style, invariants(vs))
+		}
+	}
 }
 
 func TestFencingAndGenerations(t *testing.T) {
