@@ -95,6 +95,8 @@ type Record struct {
 	Live map[string][]Violation `json:"live"`
 	// SnapshotInstalls counts "Installed remote snapshot" in node logs.
 	SnapshotInstalls int `json:"snapshot_installs"`
+	// PeakLoad is the highest 1-minute load average sampled (every 200 ms).
+	PeakLoad float64 `json:"peak_load,omitempty"`
 }
 
 // FinalOffset is one committed offset read after the heal.
@@ -115,10 +117,11 @@ type Violation struct {
 
 // recorder collects faults, leaders and events while a run goes on.
 type recorder struct {
-	mu      sync.Mutex
-	faults  []Fault
-	leaders []LeaderSample
-	events  []Event
+	mu       sync.Mutex
+	faults   []Fault
+	leaders  []LeaderSample
+	events   []Event
+	peakLoad float64
 }
 
 func (r *recorder) fault(f Fault) {
@@ -136,10 +139,26 @@ func (r *recorder) event(e Event) {
 func (r *recorder) leader(s LeaderSample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.peakLoad = max(r.peakLoad, s.Load)
 	if n := len(r.leaders); n > 0 && r.leaders[n-1].Leader == s.Leader && r.leaders[n-1].Term == s.Term {
 		return
 	}
 	r.leaders = append(r.leaders, s)
+}
+
+// leadershipSince returns how often leadership changed (another leader, a
+// new term, or none) after t, and when it last did (t when it did not).
+func (r *recorder) leadershipSince(t time.Time) (int, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, last := 0, t
+	for i, s := range r.leaders {
+		if i > 0 && s.At.After(t) {
+			n++
+			last = s.At
+		}
+	}
+	return n, last
 }
 
 func (r *recorder) lastLeader() string {
@@ -175,7 +194,7 @@ func (r *Record) LeaderChanges() int { return leaderChanges0(r.Leaders) }
 
 // MaxLoad is the highest 1-minute load average sampled during the run.
 func (r *Record) MaxLoad() float64 {
-	m := 0.0
+	m := r.PeakLoad
 	for _, s := range r.Leaders {
 		m = max(m, s.Load)
 	}
@@ -248,4 +267,10 @@ func (r *Record) nodeOfAddr(addr string) string {
 		}
 	}
 	return addr
+}
+
+func (r *recorder) peakLoadNow() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.peakLoad
 }
