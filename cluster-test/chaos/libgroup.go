@@ -128,6 +128,18 @@ func (g *libGroup) add() error {
 	return nil
 }
 
+// parts returns the member's partitions of topic, sorted.
+func (lm *libMember) parts(topic string) []int32 {
+	var ps []int32
+	for _, tp := range lm.m.Assignment() {
+		if tp.Topic == topic {
+			ps = append(ps, tp.Partitions...)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
 // churn makes the oldest member leave (it revokes what it owns first) and
 // starts a new one.
 func (g *libGroup) churn() {
@@ -170,16 +182,10 @@ func (g *libGroup) loop(lm *libMember) {
 		if !g.commits.Load() {
 			continue
 		}
-		var parts []int32
-		for _, tp := range lm.m.Assignment() {
-			if tp.Topic == g.topic {
-				parts = append(parts, tp.Partitions...)
-			}
-		}
+		parts := lm.parts(g.topic)
 		if len(parts) == 0 {
 			continue
 		}
-		slices.Sort(parts)
 		offs := map[string]map[int32]int64{g.topic: {}}
 		op := &clustertest.Op{Kind: clustertest.OpCommit, Group: g.group, Client: lm.name, Gen: -1, Topic: g.topic,
 			MemberID: lm.m.MemberID(), Offsets: map[int32]int64{}, Acked: map[int32]bool{}, Start: time.Now()}
@@ -219,33 +225,17 @@ func (g *libGroup) waitCommits() {
 func (g *libGroup) stable() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	owner := map[int32]string{}
+	var owners []owned
 	for _, lm := range g.members {
-		for _, tp := range lm.m.Assignment() {
-			if tp.Topic != g.topic {
-				continue
-			}
-			for _, p := range tp.Partitions {
-				if o, ok := owner[p]; ok {
-					return fmt.Sprintf("%s: partition %d owned by %s and %s", g.group, p, o, lm.name)
-				}
-				owner[p] = lm.name
-			}
-		}
+		owners = append(owners, owned{lm.name, lm.parts(g.topic)})
 	}
-	if int32(len(owner)) != g.partitions {
-		return fmt.Sprintf("%s: %d of %d partitions owned", g.group, len(owner), g.partitions)
-	}
-	return ""
+	return ownsEachOnce(g.group, g.partitions, owners)
 }
 
 func (g *libGroup) close() {
-	select {
-	case <-g.stop:
+	if !closeOnce(g.stop) {
 		return
-	default:
 	}
-	close(g.stop)
 	g.wg.Wait()
 	g.mu.Lock()
 	ms := g.members

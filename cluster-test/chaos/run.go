@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -352,6 +353,18 @@ func (r *run) sampleLeaders() {
 			}
 		}
 		r.rec.leader(LeaderSample{At: time.Now(), Leader: best, Term: term, Load: loadAverage()})
+	}
+}
+
+// closeOnce closes ch unless it is closed already, and reports whether it
+// did (callers run on one goroutine: the run's cleanup).
+func closeOnce(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return false
+	default:
+		close(ch)
+		return true
 	}
 }
 
@@ -810,31 +823,43 @@ func (g *kgoGroup) waitCommits() {
 
 // stable returns "" when the consumers own every partition exactly once.
 func (g *kgoGroup) stable() string {
-	owner := map[int32]string{}
+	var owners []owned
 	for _, m := range g.members {
 		m.mu.Lock()
-		for p := range m.owned {
-			if o, ok := owner[p]; ok {
-				m.mu.Unlock()
-				return fmt.Sprintf("%s: partition %d owned by %s and %s", g.group, p, o, m.name)
-			}
-			owner[p] = m.name
-		}
+		owners = append(owners, owned{m.name, slices.Collect(maps.Keys(m.owned))})
 		m.mu.Unlock()
 	}
-	if int32(len(owner)) != g.partitions {
-		return fmt.Sprintf("%s: %d of %d partitions owned", g.group, len(owner), g.partitions)
+	return ownsEachOnce(g.group, g.partitions, owners)
+}
+
+// owned is what one member holds.
+type owned struct {
+	name  string
+	parts []int32
+}
+
+// ownsEachOnce returns "" when the members own every partition of the
+// group exactly once, and what is wrong otherwise.
+func ownsEachOnce(group string, partitions int32, owners []owned) string {
+	owner := map[int32]string{}
+	for _, o := range owners {
+		for _, p := range o.parts {
+			if prev, ok := owner[p]; ok {
+				return fmt.Sprintf("%s: partition %d owned by %s and %s", group, p, prev, o.name)
+			}
+			owner[p] = o.name
+		}
+	}
+	if int32(len(owner)) != partitions {
+		return fmt.Sprintf("%s: %d of %d partitions owned", group, len(owner), partitions)
 	}
 	return ""
 }
 
 func (g *kgoGroup) close() {
-	select {
-	case <-g.stop:
+	if !closeOnce(g.stop) {
 		return
-	default:
 	}
-	close(g.stop)
 	g.wg.Wait()
 	for _, m := range g.members {
 		m.cl.Close()

@@ -35,14 +35,7 @@ func TestBadFlagsExitWith2(t *testing.T) {
 // A saved history is checked again: a lost acknowledged commit fails the
 // replay with exit code 1 and writes the picture.
 func TestReplay(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	commit := &chaos.Op{Op: clustertest.Op{Kind: clustertest.OpCommit, Group: "g", Client: "a", Gen: 1, Topic: "t",
-		Offsets: map[int32]int64{0: 7}, Acked: map[int32]bool{0: true}, Start: at(0), End: at(10)}}
-	fetch := &chaos.Op{Op: clustertest.Op{Kind: chaos.OpFetch, Group: "g", Client: "f", Gen: -1, Topic: "t",
-		Offsets: map[int32]int64{0: -1}, Start: at(20), End: at(30)}}
-	rec := &chaos.Record{Seed: 3, Nodes: []string{"node1"}, Start: t0, FaultsStart: t0, FaultsEnd: at(1000), Healed: at(1000), End: at(2000),
-		Groups: []chaos.GroupInfo{{ID: "g", Topic: "t", Partitions: 1, Style: "eager"}}, Ops: []*chaos.Op{commit, fetch}}
+	rec := lostCommit(3, "kill")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "history.json")
 	if err := rec.Save(path); err != nil {
@@ -60,14 +53,7 @@ func TestReplay(t *testing.T) {
 // --summarize prints the matrix table of saved runs: one row per nemesis
 // set, the failed seed named, violations counted per invariant.
 func TestSummarize(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	commit := &chaos.Op{Op: clustertest.Op{Kind: clustertest.OpCommit, Group: "g", Client: "a", Gen: 1, Topic: "t",
-		Offsets: map[int32]int64{0: 7}, Acked: map[int32]bool{0: true}, Start: at(0), End: at(10)}}
-	fetch := &chaos.Op{Op: clustertest.Op{Kind: chaos.OpFetch, Group: "g", Client: "f", Gen: -1, Topic: "t",
-		Offsets: map[int32]int64{0: -1}, Start: at(20), End: at(30)}}
-	rec := &chaos.Record{Seed: 41, Nodes: []string{"node1"}, Nemeses: []string{"kill"}, Start: t0, FaultsStart: t0, FaultsEnd: at(1000), Healed: at(1000), End: at(2000),
-		Groups: []chaos.GroupInfo{{ID: "g", Topic: "t", Partitions: 1, Style: "eager"}}, Ops: []*chaos.Op{commit, fetch}}
+	rec := lostCommit(41, "kill")
 	dir := t.TempDir()
 	if err := rec.Save(filepath.Join(dir, "history.json")); err != nil {
 		t.Fatal(err)
@@ -84,4 +70,16 @@ func TestSummarize(t *testing.T) {
 	if code := run([]string{"--summarize"}, &out, &errb); code != 2 {
 		t.Errorf("--summarize without directories: exit %d, want 2", code)
 	}
+}
+
+// lostCommit is a history in which an acknowledged commit is not read back.
+func lostCommit(seed uint64, nemesis string) *chaos.Record {
+	t0 := time.Unix(1_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	commit := &chaos.Op{Op: clustertest.Op{Kind: clustertest.OpCommit, Group: "g", Client: "a", Gen: 1, Topic: "t",
+		Offsets: map[int32]int64{0: 7}, Acked: map[int32]bool{0: true}, Start: at(0), End: at(10)}}
+	fetch := &chaos.Op{Op: clustertest.Op{Kind: chaos.OpFetch, Group: "g", Client: "f", Gen: -1, Topic: "t",
+		Offsets: map[int32]int64{0: -1}, Start: at(20), End: at(30)}}
+	return &chaos.Record{Seed: seed, Nodes: []string{"node1"}, Nemeses: []string{nemesis}, Start: t0, FaultsStart: t0, FaultsEnd: at(1000), Healed: at(1000), End: at(2000),
+		Groups: []chaos.GroupInfo{{ID: "g", Topic: "t", Partitions: 1, Style: "eager"}}, Ops: []*chaos.Op{commit, fetch}}
 }
