@@ -192,7 +192,7 @@ func checkLinearizable(rec *Record) (porcupine.CheckResult, []Violation) {
 	// request's own refusal is sure.
 	retries := map[string]bool{}
 	for _, g := range rec.Groups {
-		retries[g.ID] = g.Style == "cooperative" || g.Style == "library"
+		retries[g.ID] = g.Style == "cooperative" || strings.HasPrefix(g.Style, "library")
 	}
 	for _, o := range rec.Ops {
 		switch o.Kind {

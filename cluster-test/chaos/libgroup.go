@@ -21,15 +21,18 @@ import (
 )
 
 // libGroup is a group of members of cohort's own member library
-// (actors/member) over the native API, with its default balancers
-// (cooperative-sticky first): their callbacks go into the events, their
-// commits into the history, and now and then one leaves and a new one
-// joins.
+// (actors/member) over the native API: their callbacks go into the events,
+// their commits into the history, and now and then one leaves and a new one
+// joins. A dynamic group uses the library's default balancers
+// (cooperative-sticky first); a static one gives every member a
+// group.instance.id (its slot's, kept by the member that replaces it) and
+// the eager range balancer.
 type libGroup struct {
 	r          *run
 	group      string
 	topic      string
 	partitions int32
+	static     bool
 	system     *actor.ActorSystem
 
 	mu      sync.Mutex
@@ -43,11 +46,20 @@ type libGroup struct {
 
 type libMember struct {
 	name string
+	slot int
 	m    *member.Member
 	done chan struct{}
 }
 
-func startLibGroup(ctx context.Context, r *run, group, topic string, partitions int32, n int, settle time.Duration) (*libGroup, error) {
+// style is the group's style in the record.
+func (g *libGroup) style() string {
+	if g.static {
+		return "library-static"
+	}
+	return "library"
+}
+
+func startLibGroup(ctx context.Context, r *run, group, topic string, partitions int32, n int, static bool, settle time.Duration) (*libGroup, error) {
 	coord := &clustertest.Coordinator{Conns: clustertest.NewConns("lib-admin"), Seeds: r.c.KafkaAddrs, Group: group}
 	defer coord.Conns.Close()
 	if err := clustertest.CreateTopic(ctx, coord, topic, partitions); err != nil {
@@ -63,9 +75,9 @@ func startLibGroup(ctx context.Context, r *run, group, topic string, partitions 
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	remote.NewRemote(system, remote.Configure("127.0.0.1", port)).Start()
-	g := &libGroup{r: r, group: group, topic: topic, partitions: partitions, system: system, stop: make(chan struct{})}
-	for range n {
-		if err := g.add(); err != nil {
+	g := &libGroup{r: r, group: group, topic: topic, partitions: partitions, static: static, system: system, stop: make(chan struct{})}
+	for slot := range n {
+		if err := g.add(slot); err != nil {
 			g.close()
 			return nil, err
 		}
@@ -81,8 +93,8 @@ func startLibGroup(ctx context.Context, r *run, group, topic string, partitions 
 	return g, nil
 }
 
-// add starts one more member.
-func (g *libGroup) add() error {
+// add starts one more member in slot.
+func (g *libGroup) add(slot int) error {
 	g.mu.Lock()
 	name := fmt.Sprintf("%s-m%d", g.group, g.seq)
 	g.seq++
@@ -103,22 +115,26 @@ func (g *libGroup) add() error {
 			g.r.rec.event(Event{At: time.Now(), Group: g.group, Client: name, Kind: kind, Partitions: ps, Gen: m.Generation()})
 		}
 	}
-	m, err := member.Start(g.system, g.group,
+	opts := []member.Opt{
 		member.Topics(g.topic),
 		member.Partitions(g.topic, g.partitions),
 		member.ClientID(name),
 		member.WithTransport(member.Native(addrs...)),
 		member.SessionTimeout(g.r.cfg.SessionTimeout),
 		member.RebalanceTimeout(g.r.cfg.RebalanceTimeout),
-		member.HeartbeatInterval(300*time.Millisecond),
+		member.HeartbeatInterval(300 * time.Millisecond),
 		member.OnAssigned(cb("assigned")),
 		member.OnRevoked(cb("revoked")),
 		member.OnLost(cb("lost")),
-	)
+	}
+	if g.static {
+		opts = append(opts, member.InstanceID(fmt.Sprintf("%s-i%d", g.group, slot)), member.Balancers(assignor.Range()))
+	}
+	m, err := member.Start(g.system, g.group, opts...)
 	if err != nil {
 		return err
 	}
-	lm := &libMember{name: name, m: m, done: make(chan struct{})}
+	lm := &libMember{name: name, slot: slot, m: m, done: make(chan struct{})}
 	g.mu.Lock()
 	g.members = append(g.members, lm)
 	g.mu.Unlock()
@@ -141,7 +157,7 @@ func (lm *libMember) parts(topic string) []int32 {
 }
 
 // churn makes the oldest member leave (it revokes what it owns first) and
-// starts a new one.
+// starts a new one in its slot (with its instance id, in a static group).
 func (g *libGroup) churn() {
 	g.mu.Lock()
 	if len(g.members) == 0 {
@@ -159,7 +175,7 @@ func (g *libGroup) churn() {
 	if err != nil {
 		g.r.cfg.Logf("member-library member %s left with: %v", lm.name, err)
 	}
-	if err := g.add(); err != nil {
+	if err := g.add(lm.slot); err != nil {
 		g.r.cfg.Logf("member-library member did not start: %v", err)
 	}
 }

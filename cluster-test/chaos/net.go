@@ -26,8 +26,9 @@
 //
 // The workload: emulated members (eager and static, cluster-test's Member
 // over the Kafka protocol, every request recorded), franz-go consumers
-// (cooperative-sticky) and members of cohort's own member library over the
-// native API (its default balancers, cooperative-sticky first), the last two
+// (cooperative-sticky) and two groups of cohort's own member library over
+// the native API (one dynamic with its default balancers, cooperative-sticky
+// first; one static with the eager range balancer), the last ones
 // recorded through their assigned / revoked / lost callbacks and their
 // commits.
 package chaos

@@ -106,7 +106,7 @@ type run struct {
 	rec *recorder
 	hst *clustertest.History
 	kg  *kgoGroup
-	lg  *libGroup
+	lgs []*libGroup // member-library groups: dynamic cooperative, static eager
 
 	begin   time.Time // the workload started: log times count from here
 	stopAux chan struct{}
@@ -218,10 +218,18 @@ func (r *run) run() (*Report, error) {
 		return nil, err
 	}
 	r.t.Cleanup(r.kg.close)
-	if r.lg, err = startLibGroup(ctx, r, "group-lib", "topic-lib", 6, 3, settle); err != nil {
-		return nil, err
+	for _, static := range []bool{false, true} {
+		name := "group-lib"
+		if static {
+			name = "group-lib-static"
+		}
+		lg, err := startLibGroup(ctx, r, name, "topic-"+strings.TrimPrefix(name, "group-"), 6, 3, static, settle)
+		if err != nil {
+			return nil, err
+		}
+		r.t.Cleanup(lg.close)
+		r.lgs = append(r.lgs, lg)
 	}
-	r.t.Cleanup(r.lg.close)
 	r.w.SetCommits(true)
 	start := time.Now()
 	for _, g := range r.w.Groups {
@@ -231,11 +239,15 @@ func (r *run) run() (*Report, error) {
 	}
 	r.auxWG.Add(2)
 	go r.fetcher(r.kg.group, r.kg.topic, r.kg.partitions)
-	r.auxWG.Add(1)
-	go r.fetcher(r.lg.group, r.lg.topic, r.lg.partitions)
+	for _, lg := range r.lgs {
+		r.auxWG.Add(1)
+		go r.fetcher(lg.group, lg.topic, lg.partitions)
+	}
 	go r.sampleLeaders()
 	r.kg.setCommits(true)
-	r.lg.setCommits(true)
+	for _, lg := range r.lgs {
+		lg.setCommits(true)
+	}
 
 	r.begin = begin
 	r.nemesisLoop(start, start.Add(cfg.Duration))
@@ -249,12 +261,16 @@ func (r *run) run() (*Report, error) {
 	live := map[string][]Violation{}
 	r.checkStable(ctx, healed, live)
 	r.kg.setCommits(false)
-	r.lg.setCommits(false)
+	for _, lg := range r.lgs {
+		lg.setCommits(false)
+	}
 	if err := r.w.StopCommits(15 * time.Second); err != nil {
 		live["I5"] = append(live["I5"], Violation{"I5", time.Now(), err.Error()})
 	}
 	r.kg.waitCommits()
-	r.lg.waitCommits()
+	for _, lg := range r.lgs {
+		lg.waitCommits()
+	}
 	close(r.stopAux)
 	r.auxWG.Wait()
 	final := r.finalFetch(ctx)
@@ -279,8 +295,10 @@ func (r *run) run() (*Report, error) {
 		}
 		rec.Groups = append(rec.Groups, GroupInfo{g.ID, g.Topic, g.Partitions, style})
 	}
-	rec.Groups = append(rec.Groups, GroupInfo{r.kg.group, r.kg.topic, r.kg.partitions, "cooperative"},
-		GroupInfo{r.lg.group, r.lg.topic, r.lg.partitions, "library"})
+	rec.Groups = append(rec.Groups, GroupInfo{r.kg.group, r.kg.topic, r.kg.partitions, "cooperative"})
+	for _, lg := range r.lgs {
+		rec.Groups = append(rec.Groups, GroupInfo{lg.group, lg.topic, lg.partitions, lg.style()})
+	}
 	rec.Ops = fromCluster(r.hst.Ops())
 	r.rec.mu.Lock()
 	rec.Faults, rec.Leaders, rec.Events = r.rec.faults, r.rec.leaders, r.rec.events
@@ -513,11 +531,12 @@ func (r *run) members(g *clustertest.GroupLoad) []*clustertest.Member {
 }
 
 // churn crashes or adds one emulated member (between 3 and 5 per group),
-// or, one time in four, replaces a member-library member (a graceful leave
-// and a new join).
+// or, one time in four, replaces a member of a member-library group (a
+// graceful leave and a new join; in the static group with the same
+// instance id).
 func (r *run) churn() {
 	if r.rng.IntN(4) == 0 {
-		r.lg.churn()
+		r.lgs[r.rng.IntN(len(r.lgs))].churn()
 		return
 	}
 	g := r.w.Groups[r.rng.IntN(len(r.w.Groups))]
@@ -545,7 +564,10 @@ func (r *run) finalFetch(ctx context.Context) []FinalOffset {
 	for _, g := range r.w.Groups {
 		all = append(all, gt{g.ID, g.Topic, g.Partitions})
 	}
-	all = append(all, gt{r.kg.group, r.kg.topic, r.kg.partitions}, gt{r.lg.group, r.lg.topic, r.lg.partitions})
+	all = append(all, gt{r.kg.group, r.kg.topic, r.kg.partitions})
+	for _, lg := range r.lgs {
+		all = append(all, gt{lg.group, lg.topic, lg.partitions})
+	}
 	conns := clustertest.NewConns("final-fetch")
 	defer conns.Close()
 	for _, g := range all {
@@ -629,8 +651,10 @@ func (r *run) stableNow(ctx context.Context) (bool, string) {
 	if why := r.kg.stable(); why != "" {
 		return false, why
 	}
-	if why := r.lg.stable(); why != "" {
-		return false, why
+	for _, lg := range r.lgs {
+		if why := lg.stable(); why != "" {
+			return false, why
+		}
 	}
 	return true, ""
 }
