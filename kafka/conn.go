@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -60,6 +61,10 @@ type conn struct {
 	clientID string
 	tags     tagReader
 
+	// tls is the connection's TLS state once its handshake completed; nil
+	// on a plaintext listener.
+	tls *tls.ConnectionState
+
 	// rebalanceHint is the last JoinGroup rebalance timeout seen on this
 	// connection; it bounds how long a SyncGroup may wait.
 	rebalanceHint atomic.Int32
@@ -114,6 +119,14 @@ func (c *conn) close() {
 func (c *conn) serve() {
 	c.l.open.Add(1)
 	defer c.l.open.Add(-1)
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := c.handshake(tc); err != nil {
+			c.l.bad.Add(1)
+			c.l.log.Warn("closing connection: TLS handshake failed", "remote", c.nc.RemoteAddr().String(), "err", err)
+			c.close()
+			return
+		}
+	}
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -127,6 +140,19 @@ func (c *conn) serve() {
 	c.close()
 	c.wg.Wait()
 	<-writerDone
+}
+
+// handshake completes the TLS handshake within TLSHandshakeTimeout (or
+// until the listener stops) and keeps the connection's TLS state.
+func (c *conn) handshake(tc *tls.Conn) error {
+	ctx, cancel := context.WithTimeout(c.ctx, TLSHandshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	st := tc.ConnectionState()
+	c.tls = &st
+	return nil
 }
 
 func (c *conn) readLoop() error {

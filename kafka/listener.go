@@ -6,6 +6,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -108,7 +109,16 @@ type Config struct {
 	// that the coordinator enforces exclusive partition ownership in consumer
 	// groups (FeatureExclusiveOwnership): the group ownership guard is on.
 	ExclusiveOwnership bool
+	// TLS, when set, makes the listener speak TLS: every accepted
+	// connection completes a handshake with this configuration (within
+	// TLSHandshakeTimeout) before its first request is read; a client that
+	// does not speak TLS is logged and closed. The connection's
+	// tls.ConnectionState is then known to the request handlers.
+	TLS *tls.Config
 }
+
+// TLSHandshakeTimeout bounds the TLS handshake of a new connection.
+const TLSHandshakeTimeout = 10 * time.Second
 
 // MetadataCatchUpWait bounds how long a Metadata request on a node that
 // has not caught up waits before it is answered LEADER_NOT_AVAILABLE (only
@@ -295,6 +305,9 @@ func (l *Listener) Serve(ctx context.Context) error {
 			break
 		}
 		l.accepted.Add(1)
+		if l.cfg.TLS != nil {
+			nc = tls.Server(nc, l.cfg.TLS)
+		}
 		c := l.newConn(ctx, nc)
 		l.mu.Lock()
 		l.conns[c] = struct{}{}
