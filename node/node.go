@@ -67,6 +67,10 @@ type Config struct {
 	// MetricsOff leaves out metrics and group views (benchmarks that
 	// measure what they cost).
 	MetricsOff bool
+	// Security configures the Kafka listeners per security protocol, SASL
+	// and ACLs (security.go). Its zero value is one PLAINTEXT listener on
+	// Kafka.Addr with authorization off.
+	Security SecurityConfig
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -134,6 +138,9 @@ func (c Config) Validate() error {
 	if err := c.Group.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Security.validate(c.Kafka); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -161,7 +168,8 @@ type Node struct {
 	system     *actor.ActorSystem
 	remote     *remote.Remote
 	service    *actors.Service
-	kafka      *kafka.Listener
+	kafka      *kafka.Listener   // the first of kafkas
+	kafkas     []*kafka.Listener // one per security protocol
 	stopKafka  context.CancelFunc
 	kafkaDone  chan error
 	lock       *os.File
@@ -238,21 +246,15 @@ func Start(cfg Config) (_ *Node, err error) {
 	}
 	kcfg := cfg.Kafka
 	kcfg.NodeID = n.kafkaID
-	kcfg.Coordinator = n.coordinatorBroker
-	kcfg.Brokers = n.brokers
 	kcfg.CaughtUp = n.caughtUp.Wait
 	if !cfg.MetricsOff {
 		kcfg.Metrics = n.registry
 	}
 	kcfg.ExclusiveOwnership = cfg.Group.OwnershipGuard
 	n.raft.Catalog.SetProposer(n.proposeTopic)
-	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
+	if err = n.startKafka(kcfg); err != nil {
 		return nil, err
 	}
-	var kctx context.Context
-	kctx, n.stopKafka = context.WithCancel(context.Background())
-	n.kafkaDone = make(chan error, 1)
-	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
 	if err = n.startHTTP(); err != nil {
 		return nil, err
 	}
@@ -321,14 +323,13 @@ func (n *Node) onLeader() {
 	if err := n.raft.Register(ctx, n.self()); err != nil {
 		n.log.Warn("register self", "err", err)
 	}
+	n.bootstrapScram(ctx)
 }
 
 func (n *Node) self() *raftpb.NodeRegister {
-	kafkaAddr := n.cfg.Kafka.AdvertisedAddr
-	if kafkaAddr == "" && n.kafka != nil {
-		kafkaAddr = n.kafka.Addr().String()
-	}
-	return &raftpb.NodeRegister{NodeId: n.raft.ID(), RaftAddr: n.raft.Addr(), RemoteAddr: n.remoteAddr, KafkaAddr: kafkaAddr}
+	listeners := n.advertisedListeners()
+	return &raftpb.NodeRegister{NodeId: n.raft.ID(), RaftAddr: n.raft.Addr(), RemoteAddr: n.remoteAddr,
+		KafkaAddr: listeners[n.firstListener()], KafkaListeners: listeners}
 }
 
 // register makes sure the cluster knows this node and its current
@@ -377,7 +378,7 @@ func (n *Node) joinTargets() []string {
 // askJoin sends a JoinRequest to a member, following it to the leader.
 func (n *Node) askJoin(addr string) error {
 	reg := n.self()
-	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr}
+	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr, KafkaListeners: reg.KafkaListeners}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	go func() {
@@ -395,7 +396,7 @@ func (n *Node) askJoin(addr string) error {
 // follower that has not heard from its leader for a heartbeat timeout does
 // not name it: the leader is probably gone, and a client told to retry
 // finds the next one sooner than a client sent to a dead address.
-func (n *Node) coordinatorBroker(string) (kafka.Broker, int16) {
+func (n *Node) coordinatorBroker(listener string) (kafka.Broker, int16) {
 	id := n.raft.LeaderID()
 	if id == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
@@ -404,10 +405,11 @@ func (n *Node) coordinatorBroker(string) (kafka.Broker, int16) {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
 	reg, ok := n.raft.FSM.Node(id)
-	if !ok || reg.GetKafkaAddr() == "" {
+	addr := kafkaAddrOf(reg, listener)
+	if !ok || addr == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
-	b, ok := brokerOf(id, reg.GetKafkaAddr())
+	b, ok := brokerOf(id, addr)
 	if !ok {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}

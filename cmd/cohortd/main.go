@@ -95,6 +95,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")
 	level := slog.LevelInfo
 	fs.TextVar(&level, "log-level", level, "debug, info, warn or error")
+	securityFlags(fs, &cfg.Security)
 	for _, f := range extraFlags {
 		f(fs)
 	}
