@@ -31,7 +31,6 @@ const (
 	// the listener reports a group's generation; Kafka clients skip unknown
 	// tags, cohortctl reads it.
 	GenerationTag = 0x636f
-
 )
 
 // errBadResponse is returned when Groups answers with the wrong type.

@@ -192,7 +192,7 @@ type Listener struct {
 	wg    sync.WaitGroup
 
 	accepted, requests, bad, unsupported, callErrors, authFailures atomic.Uint64
-	open                                             atomic.Int64
+	open                                                           atomic.Int64
 
 	// authz checks requests; nil: authorization off.
 	authz *security.Authorizer
