@@ -195,11 +195,20 @@ func TestCredentialDerivation(t *testing.T) {
 		}
 	}
 	for name, f := range map[string]func() error{
-		"few iterations":  func() error { _, err := CredentialFromSalted("u", sha256Mech, salt, 4095, make([]byte, 32)); return err },
-		"many iterations": func() error { _, err := CredentialFromSalted("u", sha256Mech, salt, 16385, make([]byte, 32)); return err },
-		"size":            func() error { _, err := CredentialFromSalted("u", sha512Mech, salt, 4096, make([]byte, 32)); return err },
-		"no salt":         func() error { _, err := CredentialFromSalted("u", sha256Mech, nil, 4096, make([]byte, 32)); return err },
-		"mechanism":       func() error { _, err := CredentialFromSalted("u", 0, salt, 4096, make([]byte, 32)); return err },
+		"few iterations": func() error {
+			_, err := CredentialFromSalted("u", sha256Mech, salt, 4095, make([]byte, 32))
+			return err
+		},
+		"many iterations": func() error {
+			_, err := CredentialFromSalted("u", sha256Mech, salt, 16385, make([]byte, 32))
+			return err
+		},
+		"size": func() error {
+			_, err := CredentialFromSalted("u", sha512Mech, salt, 4096, make([]byte, 32))
+			return err
+		},
+		"no salt":   func() error { _, err := CredentialFromSalted("u", sha256Mech, nil, 4096, make([]byte, 32)); return err },
+		"mechanism": func() error { _, err := CredentialFromSalted("u", 0, salt, 4096, make([]byte, 32)); return err },
 	} {
 		if err := f(); !errors.Is(err, ErrUnacceptableCredential) {
 			t.Errorf("%s: %v", name, err)
