@@ -33,6 +33,7 @@ import (
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 	"github.com/cohort-coord/cohort/raftfsm"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 // Config is a node's configuration.
@@ -71,6 +72,45 @@ type Config struct {
 	// and ACLs (security.go). Its zero value is one PLAINTEXT listener on
 	// Kafka.Addr with authorization off.
 	Security SecurityConfig
+	// TLS configures TLS on the node's links; off by default.
+	TLS TLSConfig
+}
+
+// TLSConfig chooses the links that speak TLS and the files they use. The
+// files are re-read on SIGHUP and when they change; new handshakes use
+// what was read last.
+type TLSConfig struct {
+	tlsconfig.Files
+	// Kafka, Native and Raft turn TLS on for the Kafka listener, the
+	// native API (protoactor remote over gRPC: server and client side, so
+	// its clients need certificates too) and Raft. The native API and Raft
+	// require a client certificate from the CA; a Raft peer's certificate
+	// must also name its node id as a DNS name.
+	Kafka, Native, Raft bool
+	// KafkaClientAuth is whether Kafka clients must present a certificate
+	// (Kafka's ssl.client.auth).
+	KafkaClientAuth tlsconfig.ClientAuth
+	// ReloadInterval is how often the files are checked for changes (0:
+	// every second).
+	ReloadInterval time.Duration
+}
+
+// On reports whether any link uses TLS.
+func (c TLSConfig) On() bool { return c.Kafka || c.Native || c.Raft }
+
+func (c TLSConfig) validate() error {
+	if err := c.Files.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.On() && !c.Enabled():
+		return errors.New("tls: a TLS link needs a certificate and key file")
+	case !c.On() && c.Enabled():
+		return errors.New("tls: certificate files given but no link uses TLS")
+	case (c.Native || c.Raft || c.KafkaClientAuth != tlsconfig.ClientAuthNone) && c.CAFile == "":
+		return errors.New("tls: client certificates (native API, Raft, Kafka client auth) need a CA file")
+	}
+	return nil
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -138,7 +178,10 @@ func (c Config) Validate() error {
 	if err := c.Group.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Security.validate(c.Kafka); err != nil {
+	if err := c.TLS.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Security.validate(c); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -182,6 +225,7 @@ type Node struct {
 	registry   *prometheus.Registry
 	observer   *actors.Observer
 	http       *ops.Server
+	tls        *tlsconfig.Source
 }
 
 // activateTimeout bounds the switch of the group service on a leadership change.
@@ -206,7 +250,24 @@ func Start(cfg Config) (_ *Node, err error) {
 	if n.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	if cfg.TLS.On() {
+		if n.tls, err = tlsconfig.Load(cfg.TLS.Files, log); err != nil {
+			return nil, err
+		}
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { <-n.stop; cancel() }()
+			n.tls.Watch(ctx, cfg.TLS.ReloadInterval)
+		}()
+		log.Info("tls on", "kafka", cfg.TLS.Kafka, "native", cfg.TLS.Native, "raft", cfg.TLS.Raft, "kafka_client_auth", cfg.TLS.KafkaClientAuth.String(), "subject", n.tls.Subject(), "not_after", n.tls.NotAfter())
+	}
 	rc := cfg.Raft
+	if cfg.TLS.Raft {
+		rc.TLS = n.tls
+	}
 	if rc.Dir == "" {
 		rc.Dir = filepath.Join(cfg.DataDir, "raft")
 	}
@@ -251,6 +312,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		kcfg.Metrics = n.registry
 	}
 	kcfg.ExclusiveOwnership = cfg.Group.OwnershipGuard
+	if cfg.TLS.Kafka {
+		kcfg.TLS = n.tls.Server(cfg.TLS.KafkaClientAuth)
+	}
 	n.raft.Catalog.SetProposer(n.proposeTopic)
 	if err = n.startKafka(kcfg); err != nil {
 		return nil, err
@@ -428,10 +492,15 @@ func (n *Node) startRemote() (err error) {
 		port = l.Addr().(*net.TCPAddr).Port
 		l.Close()
 	}
-	cfg := remote.Configure(host, port, remote.WithServerOptions(
+	server := []grpc.ServerOption{
 		grpc.StreamInterceptor(recoverStream(n.log)),
-		grpc.MaxRecvMsgSize(64<<20),
-	))
+		grpc.MaxRecvMsgSize(64 << 20),
+	}
+	opts := []remote.ConfigOption{remote.WithServerOptions(server...)}
+	if n.cfg.TLS.Native {
+		opts = admin.RemoteTLS(n.tls, server...)
+	}
+	cfg := remote.Configure(host, port, opts...)
 	n.remote = remote.NewRemote(n.system, cfg)
 	defer func() {
 		if p := recover(); p != nil {
@@ -458,6 +527,9 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 		return handler(srv, ss)
 	}
 }
+
+// TLS returns the node's certificate source; nil when no link uses TLS.
+func (n *Node) TLS() *tlsconfig.Source { return n.tls }
 
 // CaughtUp reports whether this node's replicated state is at least as new
 // as what it had acknowledged before it started (see catchUp).

@@ -43,14 +43,14 @@ type SecurityConfig struct {
 	ScramUsersFile string
 }
 
-func (s SecurityConfig) validate(k kafka.Config) error {
+func (s SecurityConfig) validate(c Config) error {
 	var errs []error
-	for _, l := range s.listeners(k) {
+	for _, l := range s.listeners(c) {
 		if err := validateAddr(l.Addr); err != nil {
 			errs = append(errs, fmt.Errorf("listener %s: %w", l, err))
 		}
-		if l.Protocol.TLS() && k.TLS == nil {
-			errs = append(errs, fmt.Errorf("listener %s needs TLS: give the node a certificate and key", l))
+		if l.Protocol.TLS() && !c.TLS.Kafka {
+			errs = append(errs, fmt.Errorf("listener %s needs TLS on the Kafka link (a certificate, a key and --tls-links kafka)", l))
 		}
 	}
 	for _, l := range s.AdvertisedListeners {
@@ -80,23 +80,29 @@ func slicesContains(s []string, v string) bool {
 	return false
 }
 
-// listeners returns the configured listeners, or the single PLAINTEXT one.
-func (s SecurityConfig) listeners(k kafka.Config) []security.Listener {
+// listeners returns the configured listeners, or the single one on
+// Kafka.Addr: SSL with TLS on the Kafka link, PLAINTEXT otherwise. With
+// listeners, TLS on the Kafka link applies to the SSL and SASL_SSL ones.
+func (s SecurityConfig) listeners(c Config) []security.Listener {
 	if len(s.Listeners) > 0 {
 		return s.Listeners
 	}
-	return []security.Listener{{Protocol: security.Plaintext, Addr: k.Addr}}
+	p := security.Plaintext
+	if c.TLS.Kafka {
+		p = security.SSL
+	}
+	return []security.Listener{{Protocol: p, Addr: c.Kafka.Addr}}
 }
 
 func (n *Node) firstListener() string {
-	return string(n.cfg.Security.listeners(n.cfg.Kafka)[0].Protocol)
+	return string(n.cfg.Security.listeners(n.cfg)[0].Protocol)
 }
 
 // advertisedListeners maps each listener's protocol to its advertised address.
 func (n *Node) advertisedListeners() map[string]string {
 	out := map[string]string{}
 	for i, l := range n.kafkas {
-		p := n.cfg.Security.listeners(n.cfg.Kafka)[i].Protocol
+		p := n.cfg.Security.listeners(n.cfg)[i].Protocol
 		addr := l.Addr().String()
 		if i == 0 && n.cfg.Kafka.AdvertisedAddr != "" {
 			addr = n.cfg.Kafka.AdvertisedAddr
@@ -127,7 +133,7 @@ func (n *Node) startKafka(base kafka.Config) error {
 	if n.cfg.Security.Authorizer {
 		authz = security.NewAuthorizer(store, n.cfg.Security.SuperUsers)
 	}
-	for i, ln := range n.cfg.Security.listeners(n.cfg.Kafka) {
+	for i, ln := range n.cfg.Security.listeners(n.cfg) {
 		name := string(ln.Protocol)
 		kcfg := base
 		kcfg.Addr = ln.Addr
@@ -181,7 +187,7 @@ func (n *Node) startKafka(base kafka.Config) error {
 // KafkaListenerAddr is the bound address of the listener of a protocol, ""
 // without one.
 func (n *Node) KafkaListenerAddr(p security.Protocol) string {
-	for i, l := range n.cfg.Security.listeners(n.cfg.Kafka) {
+	for i, l := range n.cfg.Security.listeners(n.cfg) {
 		if l.Protocol == p && i < len(n.kafkas) {
 			return n.kafkas[i].Addr().String()
 		}

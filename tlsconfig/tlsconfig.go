@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 )
 
 // Files names the PEM files a Source reads.
@@ -275,8 +277,9 @@ func (s *Source) NotAfter() time.Time {
 
 // Server returns a server configuration (TLS 1.2 or newer) that asks for
 // client certificates as auth says. Each handshake uses the certificate
-// and CA read last.
-func (s *Source) Server(auth ClientAuth) *tls.Config {
+// and CA read last. alpn are the application protocols offered ("h2" for
+// gRPC; none for Kafka and Raft).
+func (s *Source) Server(auth ClientAuth, alpn ...string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -293,6 +296,7 @@ func (s *Source) Server(auth ClientAuth) *tls.Config {
 				Certificates: []tls.Certificate{*cert},
 				ClientCAs:    pool,
 				ClientAuth:   auth.tls(),
+				NextProtos:   alpn,
 			}, nil
 		},
 	}
@@ -340,6 +344,47 @@ func verifyServer(cs tls.ConnectionState, roots *x509.CertPool) error {
 		return fmt.Errorf("tls: server certificate: %w", err)
 	}
 	return nil
+}
+
+// ClientConfig is a client configuration from files for a short-lived
+// client (read once, not watched): with a certificate it is Load(files)'s
+// Client(""); without one it only verifies the server, against the CA file
+// or the system roots.
+func ClientConfig(files Files) (*tls.Config, error) {
+	if err := files.Validate(); err != nil && files.Enabled() {
+		return nil, err
+	}
+	if files.Enabled() {
+		s, err := Load(files, nil)
+		if err != nil {
+			return nil, err
+		}
+		return s.Client(""), nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if files.CAFile != "" {
+		b, err := os.ReadFile(files.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("tls: CA file %s holds no PEM certificate", files.CAFile)
+		}
+	}
+	return cfg, nil
+}
+
+// GRPCServer returns gRPC server credentials with client certificates
+// required (the native API between nodes and their clients).
+func (s *Source) GRPCServer() credentials.TransportCredentials {
+	return credentials.NewTLS(s.Server(ClientAuthRequire, "h2"))
+}
+
+// GRPCClient returns gRPC client credentials that verify the server
+// against the name of the host dialed.
+func (s *Source) GRPCClient() credentials.TransportCredentials {
+	return credentials.NewTLS(s.Client(""))
 }
 
 // PeerCommonName is the common name of the peer's verified certificate;

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -294,17 +295,25 @@ func TestRotation(t *testing.T) {
 	// SIGHUP with a long poll interval: reloads at once.
 	cancel()
 	<-done
-	ctx, cancel = context.WithCancel(context.Background())
-	done = make(chan struct{})
-	go func() { defer close(done); srv.Watch(ctx, time.Hour) }()
+	// The test's own handler keeps a SIGHUP that arrives before Watch's
+	// from ending the process; the signal is repeated until Watch sees one.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan struct{})
+	go func() { defer close(done2); srv.Watch(ctx2, time.Hour) }()
+	defer func() { cancel2(); <-done2 }()
 	third := ca.Issue(t, testcerts.Options{CommonName: "third"})
 	testcerts.WriteFile(t, f.Key, third.KeyPEM)
 	testcerts.WriteFile(t, f.Cert, third.CertPEM)
-	time.Sleep(50 * time.Millisecond) // let Watch install its signal handler
-	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the certificate after SIGHUP", func() bool { return serverCN() == "third" })
+	waitFor(t, "the certificate after SIGHUP", func() bool {
+		if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		return serverCN() == "third"
+	})
 	if !strings.Contains(log.String(), "SIGHUP") {
 		t.Error("no log line for SIGHUP")
 	}

@@ -27,7 +27,9 @@ import (
 	"github.com/asynkron/protoactor-go/remote"
 
 	"github.com/cohort-coord/cohort/actors/member"
+	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/assignor"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 func main() {
@@ -44,6 +46,7 @@ type options struct {
 	instancePrefix string
 	session        time.Duration
 	debug          bool
+	tls            tlsconfig.Files
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -61,6 +64,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.instancePrefix, "instance-prefix", "", "make members static: instance ids <prefix>-1, <prefix>-2, ...")
 	fs.DurationVar(&o.session, "session-timeout", 10*time.Second, "session timeout")
 	fs.BoolVar(&o.debug, "debug", false, "log every answer the members get")
+	fs.StringVar(&o.tls.CertFile, "tls-cert-file", "", "client certificate: TLS to the nodes (required for the native API over TLS)")
+	fs.StringVar(&o.tls.KeyFile, "tls-key-file", "", "private key of --tls-cert-file")
+	fs.StringVar(&o.tls.CAFile, "tls-ca-file", "", "CA certificates of the nodes; alone it turns on TLS to the Kafka listener without a client certificate")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -101,8 +107,17 @@ func split(s string) []string {
 	return out
 }
 
-// startRemote starts protoactor remote on listen (a free port for port 0).
-func startRemote(system *actor.ActorSystem, listen string) (err error) {
+// startRemote starts protoactor remote on listen (a free port for port 0),
+// over TLS with files' certificate when given.
+func startRemote(system *actor.ActorSystem, listen string, files tlsconfig.Files) (err error) {
+	var opts []remote.ConfigOption
+	if files.Enabled() {
+		src, err := tlsconfig.Load(files, nil)
+		if err != nil {
+			return err
+		}
+		opts = admin.RemoteTLS(src)
+	}
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return fmt.Errorf("--listen %q: %w", listen, err)
@@ -124,7 +139,7 @@ func startRemote(system *actor.ActorSystem, listen string) (err error) {
 			err = fmt.Errorf("native API endpoint on %s:%d: %v", host, port, p)
 		}
 	}()
-	remote.NewRemote(system, remote.Configure(host, port)).Start()
+	remote.NewRemote(system, remote.Configure(host, port, opts...)).Start()
 	return nil
 }
 
@@ -177,7 +192,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	transport := member.Native(split(o.remote)...)
 	if o.kafka != "" {
 		transport = member.Kafka(split(o.kafka)...)
-	} else if err := startRemote(system, o.listen); err != nil {
+		if o.tls.Enabled() || o.tls.CAFile != "" {
+			cfg, err := tlsconfig.ClientConfig(o.tls)
+			if err != nil {
+				fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+				return 1
+			}
+			transport = member.KafkaTLS(cfg, split(o.kafka)...)
+		}
+	} else if err := startRemote(system, o.listen, o.tls); err != nil {
 		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
 		return 1
 	}

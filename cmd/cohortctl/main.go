@@ -44,7 +44,7 @@ func main() {
 // errUsage marks command-line mistakes (exit status 2).
 var errUsage = errors.New("usage")
 
-const usage = `usage: cohortctl [--bootstrap host:port] [--json] [--timeout d] COMMAND
+const usage = `usage: cohortctl [--bootstrap host:port] [--json] [--timeout d] [--tls] [--tls-cert-file F --tls-key-file F] [--tls-ca-file F] COMMAND
 
 commands:
   groups list                  groups with protocol type and state
@@ -67,6 +67,7 @@ type cli struct {
 	out     io.Writer
 	json    bool
 	timeout time.Duration
+	tls     *tlsOptions
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -80,6 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&bootstrap, "bootstrap", bootstrap, "comma-separated seed brokers (env COHORT_BOOTSTRAP)")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", 15*time.Second, "deadline of the whole command")
+	tlsOpts := addTLSFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -90,7 +92,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.ClientID("cohortctl"))
+	kopts, err := tlsOpts.kafka()
+	if err != nil {
+		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
+		return 1
+	}
+	cl, err := kgo.NewClient(append(kopts, kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.ClientID("cohortctl"))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
 		return 1
@@ -98,7 +105,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := &cli{cl: cl, out: stdout, json: *asJSON, timeout: *timeout}
+	c := &cli{cl: cl, out: stdout, json: *asJSON, timeout: *timeout, tls: tlsOpts}
 	if err := c.dispatch(ctx, fs.Args()); err != nil {
 		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
 		if errors.Is(err, errUsage) {
