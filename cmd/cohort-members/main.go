@@ -25,6 +25,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/admin"
@@ -47,6 +48,8 @@ type options struct {
 	session        time.Duration
 	debug          bool
 	tls            tlsconfig.Files
+	saslMechanism  string
+	saslUser       string
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -67,6 +70,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tls.CertFile, "tls-cert-file", "", "client certificate: TLS to the nodes (required for the native API over TLS)")
 	fs.StringVar(&o.tls.KeyFile, "tls-key-file", "", "private key of --tls-cert-file")
 	fs.StringVar(&o.tls.CAFile, "tls-ca-file", "", "CA certificates of the nodes; alone it turns on TLS to the Kafka listener without a client certificate")
+	fs.StringVar(&o.saslMechanism, "sasl-mechanism", "", "with --kafka: authenticate with SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from COHORT_SASL_PASSWORD)")
+	fs.StringVar(&o.saslUser, "sasl-username", "", "SASL user name")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -191,15 +196,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	transport := member.Native(split(o.remote)...)
 	if o.kafka != "" {
-		transport = member.Kafka(split(o.kafka)...)
+		var kopts []kgo.Opt
 		if o.tls.Enabled() || o.tls.CAFile != "" {
 			cfg, err := tlsconfig.ClientConfig(o.tls)
 			if err != nil {
 				fmt.Fprintf(stderr, "cohort-members: %v\n", err)
 				return 1
 			}
-			transport = member.KafkaTLS(cfg, split(o.kafka)...)
+			kopts = append(kopts, kgo.DialTLSConfig(cfg))
 		}
+		if o.saslMechanism != "" {
+			opt, err := member.KafkaSASL(strings.ToUpper(o.saslMechanism), o.saslUser, os.Getenv("COHORT_SASL_PASSWORD"))
+			if err != nil {
+				fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+				return 1
+			}
+			kopts = append(kopts, opt)
+		}
+		transport = member.KafkaWithOptions(split(o.kafka), kopts...)
 	} else if err := startRemote(system, o.listen, o.tls); err != nil {
 		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
 		return 1
