@@ -14,9 +14,11 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 // ActorName is the well-known name of the actor that serves cluster
@@ -62,10 +64,24 @@ func NewClient(system *actor.ActorSystem) *Client { return &Client{system: syste
 // process: a process runs at most one protoactor remote.
 func (c *Client) System() *actor.ActorSystem { return c.system }
 
+// RemoteTLS returns the protoactor remote options that carry the native
+// API over TLS with src's certificate, both as a server (client
+// certificates required) and as a client (the server verified against the
+// host dialed). server are further gRPC server options. Every process on
+// the native API (nodes, cohortctl, member applications) needs both sides,
+// since answers come back through the caller's own endpoint.
+func RemoteTLS(src *tlsconfig.Source, server ...grpc.ServerOption) []remote.ConfigOption {
+	return []remote.ConfigOption{
+		remote.WithServerOptions(append(append([]grpc.ServerOption(nil), server...), grpc.Creds(src.GRPCServer()))...),
+		remote.WithDialOptions(grpc.WithTransportCredentials(src.GRPCClient())),
+	}
+}
+
 // Listen starts an actor system with protoactor remote on listen
 // (host:port; port 0 picks a free port) and returns a client on it. One
-// process runs at most one protoactor remote.
-func Listen(listen string) (_ *Client, err error) {
+// process runs at most one protoactor remote. opts configure the remote
+// (RemoteTLS for a node with TLS on its native API).
+func Listen(listen string, opts ...remote.ConfigOption) (_ *Client, err error) {
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %q: %w", listen, err)
@@ -90,7 +106,7 @@ func Listen(listen string) (_ *Client, err error) {
 			err = fmt.Errorf("native API endpoint on %s: %v", net.JoinHostPort(host, strconv.Itoa(port)), p)
 		}
 	}()
-	remote.NewRemote(system, remote.Configure(host, port)).Start()
+	remote.NewRemote(system, remote.Configure(host, port, opts...)).Start()
 	return &Client{system: system}, nil
 }
 

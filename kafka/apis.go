@@ -46,6 +46,15 @@ func (l *Listener) apiTable() (map[int16]apiSpec, []apiVersion) {
 		kmsg.DeleteTopics.Int16():    {0, 6, handle(l.deleteTopics)},
 		kmsg.DeleteGroups.Int16():    {0, 2, handle(l.deleteGroups)},
 		kmsg.OffsetDelete.Int16():    {0, 0, handle(l.offsetDelete)},
+		// SaslHandshake stops at v1 (KAFKA-9577); both are served by the
+		// connection while it authenticates (auth.go).
+		kmsg.SASLHandshake.Int16():                {0, 1, handle(l.saslHandshake)},
+		kmsg.SASLAuthenticate.Int16():             {0, 2, handle(l.saslAuthenticate)},
+		kmsg.DescribeACLs.Int16():                 {0, 3, handle(l.describeACLs)},
+		kmsg.CreateACLs.Int16():                   {0, 3, handle(l.createACLs)},
+		kmsg.DeleteACLs.Int16():                   {0, 3, handle(l.deleteACLs)},
+		kmsg.DescribeUserSCRAMCredentials.Int16(): {0, 0, handle(l.describeUserScram)},
+		kmsg.AlterUserSCRAMCredentials.Int16():    {0, 0, handle(l.alterUserScram)},
 	}
 	var vs []apiVersion
 	for k, s := range m {

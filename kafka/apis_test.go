@@ -133,6 +133,35 @@ func sampleRequest(key, v int16) kmsg.Request {
 		r := kmsg.NewPtrDeleteGroupsRequest()
 		r.Groups = []string{"g"}
 		return r
+	case 17:
+		r := kmsg.NewPtrSASLHandshakeRequest()
+		r.Mechanism = "PLAIN"
+		return r
+	case 36:
+		return kmsg.NewPtrSASLAuthenticateRequest()
+	case 29:
+		r := kmsg.NewPtrDescribeACLsRequest()
+		r.ResourceType, r.ResourcePatternType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny
+		r.Operation, r.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+		return r
+	case 30:
+		r := kmsg.NewPtrCreateACLsRequest()
+		c := kmsg.NewCreateACLsRequestCreation()
+		c.ResourceType, c.ResourceName, c.ResourcePatternType = kmsg.ACLResourceTypeGroup, "g", kmsg.ACLResourcePatternTypeLiteral
+		c.Principal, c.Host, c.Operation, c.PermissionType = "User:a", "*", kmsg.ACLOperationRead, kmsg.ACLPermissionTypeAllow
+		r.Creations = append(r.Creations, c)
+		return r
+	case 31:
+		r := kmsg.NewPtrDeleteACLsRequest()
+		f := kmsg.NewDeleteACLsRequestFilter()
+		f.ResourceType, f.ResourcePatternType = kmsg.ACLResourceTypeAny, kmsg.ACLResourcePatternTypeAny
+		f.Operation, f.PermissionType = kmsg.ACLOperationAny, kmsg.ACLPermissionTypeAny
+		r.Filters = append(r.Filters, f)
+		return r
+	case 50:
+		return kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()
+	case 51:
+		return kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
 	case 47:
 		r := kmsg.NewPtrOffsetDeleteRequest()
 		r.Group = "g"
@@ -151,7 +180,7 @@ func TestWalkAdvertisedVersions(t *testing.T) {
 	s := startServer(t, nil, nil)
 	c := dial(t, s.l.Addr())
 	av := c.do(&kmsg.ApiVersionsRequest{Version: 3}).(*kmsg.ApiVersionsResponse)
-	if av.ErrorCode != 0 || len(av.ApiKeys) != 18 {
+	if av.ErrorCode != 0 || len(av.ApiKeys) != 25 {
 		t.Fatalf("ApiVersions: error %d, %d keys", av.ErrorCode, len(av.ApiKeys))
 	}
 	walked := 0
@@ -252,7 +281,7 @@ func checkAnswer(t *testing.T, key, v int16, resp kmsg.Response) {
 			fail("%+v", r.Groups)
 		}
 	case *kmsg.ApiVersionsResponse:
-		if r.ErrorCode != 0 || len(r.ApiKeys) != 18 {
+		if r.ErrorCode != 0 || len(r.ApiKeys) != 25 {
 			fail("%d keys", len(r.ApiKeys))
 		}
 	case *kmsg.CreateTopicsResponse:
@@ -271,6 +300,35 @@ func checkAnswer(t *testing.T, key, v int16, resp kmsg.Response) {
 		if r.ErrorCode != 0 || r.Topics[0].Partitions[0].ErrorCode != 0 {
 			fail("%+v", r)
 		}
+	// Without SASL and an authorizer the security APIs refuse, as Kafka's do.
+	case *kmsg.SASLHandshakeResponse:
+		if r.ErrorCode != kerr.IllegalSaslState.Code {
+			fail("%+v", r)
+		}
+	case *kmsg.SASLAuthenticateResponse:
+		if r.ErrorCode != kerr.IllegalSaslState.Code {
+			fail("%+v", r)
+		}
+	case *kmsg.DescribeACLsResponse:
+		if r.ErrorCode != kerr.SecurityDisabled.Code {
+			fail("%+v", r)
+		}
+	case *kmsg.CreateACLsResponse:
+		if len(r.Results) != 1 || r.Results[0].ErrorCode != kerr.SecurityDisabled.Code {
+			fail("%+v", r)
+		}
+	case *kmsg.DeleteACLsResponse:
+		if len(r.Results) != 1 || r.Results[0].ErrorCode != kerr.SecurityDisabled.Code {
+			fail("%+v", r)
+		}
+	case *kmsg.DescribeUserSCRAMCredentialsResponse:
+		if r.ErrorCode != kerr.SecurityDisabled.Code {
+			fail("%+v", r)
+		}
+	case *kmsg.AlterUserSCRAMCredentialsResponse:
+		if len(r.Results) != 0 {
+			fail("%+v", r)
+		}
 	default:
 		fail("unexpected %T", resp)
 	}
@@ -286,7 +344,7 @@ func TestApiVersionsUnsupportedVersionFallsBackToV0(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := resp.(*kmsg.ApiVersionsResponse)
-	if r.ErrorCode != kerr.UnsupportedVersion.Code || len(r.ApiKeys) != 18 {
+	if r.ErrorCode != kerr.UnsupportedVersion.Code || len(r.ApiKeys) != 25 {
 		t.Fatalf("error %d, %d keys", r.ErrorCode, len(r.ApiKeys))
 	}
 	// The connection stays usable.

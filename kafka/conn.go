@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohort-coord/cohort/security"
 )
 
 // errNone is the code of success; every other code is a kerr error.
@@ -60,9 +63,21 @@ type conn struct {
 	clientID string
 	tags     tagReader
 
+	// tls is the connection's TLS state once its handshake completed; nil
+	// on a plaintext listener.
+	tls *tls.ConnectionState
+
 	// rebalanceHint is the last JoinGroup rebalance timeout seen on this
 	// connection; it bounds how long a SyncGroup may wait.
 	rebalanceHint atomic.Int32
+
+	// principal is who the connection acts as (auth.go); set by the reader
+	// before it dispatches any request that reads it.
+	principal security.Principal
+	// sasl is the SASL session of a SASL listener's connection, nil
+	// otherwise; saslRaw: a v0 handshake chose raw SASL tokens.
+	sasl    *security.Session
+	saslRaw bool
 }
 
 // pending is one request's slot in the answer order, and the work a worker
@@ -78,6 +93,10 @@ type pending struct {
 	kreq kmsg.Request
 
 	start time.Time // when queued; set only with metrics
+
+	last  bool   // the connection closes once this answer is written
+	raw   bool   // a raw SASL token (after a v0 handshake), not a Kafka answer
+	token []byte // the raw token
 }
 
 type request struct {
@@ -92,7 +111,7 @@ func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return &conn{
+	c := &conn{
 		l:      l,
 		nc:     nc,
 		ctx:    ctx,
@@ -102,6 +121,8 @@ func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 		jobs:   make(chan *pending),
 		out:    bufio.NewWriterSize(nc, 64<<10),
 	}
+	c.initAuth()
+	return c
 }
 
 func (c *conn) close() {
@@ -114,19 +135,44 @@ func (c *conn) close() {
 func (c *conn) serve() {
 	c.l.open.Add(1)
 	defer c.l.open.Add(-1)
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := c.handshake(tc); err != nil {
+			c.l.bad.Add(1)
+			c.l.log.Warn("closing connection: TLS handshake failed", "remote", c.nc.RemoteAddr().String(), "err", err)
+			c.close()
+			return
+		}
+	}
+	c.tlsPrincipal()
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
 		c.writeLoop()
 	}()
 	err := c.readLoop()
-	if errors.Is(err, errBadInput) {
+	if errors.Is(err, errCloseAfterAnswers) {
+		c.drain(writerDone)
+	}
+	if errors.Is(err, errBadInput) || errors.Is(err, errBeforeAuth) {
 		c.l.bad.Add(1)
 		c.l.log.Warn("closing connection on bad input", "remote", c.nc.RemoteAddr().String(), "err", err)
 	}
 	c.close()
 	c.wg.Wait()
 	<-writerDone
+}
+
+// handshake completes the TLS handshake within TLSHandshakeTimeout (or
+// until the listener stops) and keeps the connection's TLS state.
+func (c *conn) handshake(tc *tls.Conn) error {
+	ctx, cancel := context.WithTimeout(c.ctx, TLSHandshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return err
+	}
+	st := tc.ConnectionState()
+	c.tls = &st
+	return nil
 }
 
 func (c *conn) readLoop() error {
@@ -140,7 +186,7 @@ func (c *conn) readLoop() error {
 			return err
 		}
 		n := int32(binary.BigEndian.Uint32(size[:]))
-		if n < 8 || n > c.l.cfg.MaxRequestBytes {
+		if (n < 8 && !c.saslRaw) || n < 0 || n > c.l.cfg.MaxRequestBytes {
 			return fmt.Errorf("%w: frame size %d (max %d)", errBadInput, n, c.l.cfg.MaxRequestBytes)
 		}
 		if br.Buffered() < int(n) {
@@ -153,14 +199,14 @@ func (c *conn) readLoop() error {
 			if frame, err = br.Peek(int(n)); err != nil {
 				return err
 			}
-			err = c.dispatch(frame, true)
+			err = c.dispatchFrame(frame, true)
 			br.Discard(int(n))
 		} else {
 			var frame []byte
 			if frame, err = readBody(br, int(n)); err != nil {
 				return err
 			}
-			err = c.dispatch(frame, false)
+			err = c.dispatchFrame(frame, false)
 		}
 		if err != nil {
 			return err
@@ -266,6 +312,9 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 	c.l.requests.Add(1)
 	if h.key == kmsg.ApiVersions.Int16() { // ApiVersions: any version gets an answer, at the version it picks
 		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: c.l.apiVersions(h.version)})
+	}
+	if c.authenticating() {
+		return c.saslRequest(h, body)
 	}
 	inline := h.key == kmsg.Heartbeat.Int16() && c.l.inlineHeartbeats
 	var kreq kmsg.Request
@@ -388,6 +437,37 @@ func (c *conn) writeAnswer(corr int32, key int16, resp kmsg.Response) bool {
 	return true
 }
 
+// writeToken writes a raw SASL token, size-prefixed; c.wmu must be held.
+func (c *conn) writeToken(token []byte) bool {
+	if c.werr {
+		return false
+	}
+	buf := binary.BigEndian.AppendUint32(c.out.AvailableBuffer(), uint32(len(token)))
+	if _, err := c.out.Write(append(buf, token...)); err != nil {
+		c.failWrite()
+		return false
+	}
+	return true
+}
+
+// dispatchFrame serves one frame: a raw SASL token while a v0 handshake's
+// exchange runs, a Kafka request otherwise.
+func (c *conn) dispatchFrame(frame []byte, borrowed bool) error {
+	if c.saslRaw {
+		return c.saslToken(bytes.Clone(frame))
+	}
+	return c.dispatch(frame, borrowed)
+}
+
+// drain waits (boundedly) until the writer wrote the queued answers and
+// stopped, so a refused client reads why before the connection closes.
+func (c *conn) drain(writerDone <-chan struct{}) {
+	select {
+	case <-writerDone:
+	case <-time.After(5 * time.Second):
+	}
+}
+
 // failWrite marks the connection broken after a failed write; c.wmu is held.
 func (c *conn) failWrite() {
 	c.werr = true
@@ -505,9 +585,18 @@ func (c *conn) writeLoop() {
 		}
 		c.wmu.Lock()
 		c.queued--
-		ok := p.resp == nil || c.writeAnswer(p.corr, p.key, p.resp)
+		var ok bool
+		if p.raw {
+			ok = c.writeToken(p.token)
+		} else {
+			ok = p.resp == nil || c.writeAnswer(p.corr, p.key, p.resp)
+		}
 		c.wmu.Unlock()
 		if !ok {
+			return
+		}
+		if p.last {
+			c.flush()
 			return
 		}
 		if c.l.metrics != nil && p.resp != nil {

@@ -31,10 +31,6 @@ const (
 	// the listener reports a group's generation; Kafka clients skip unknown
 	// tags, cohortctl reads it.
 	GenerationTag = 0x636f
-
-	// groupOps is the authorized-operations bitfield reported for groups:
-	// READ (3), DELETE (6), DESCRIBE (8).
-	groupOps = 1<<3 | 1<<6 | 1<<8
 )
 
 // errBadResponse is returned when Groups answers with the wrong type.
@@ -80,6 +76,10 @@ func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGrou
 		rebalance = req.SessionTimeoutMillis
 	}
 	r.c.rebalanceHint.Store(rebalance)
+	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
+		resp.ErrorCode, resp.Generation, resp.MemberID = groupDenied, -1, req.MemberID
+		return resp
+	}
 	n := &grouppb.JoinGroupRequest{
 		GroupId:            req.Group,
 		SessionTimeoutMs:   req.SessionTimeoutMillis,
@@ -128,6 +128,10 @@ func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGrou
 
 func (l *Listener) syncGroup(ctx context.Context, r *request, req *kmsg.SyncGroupRequest) kmsg.Response {
 	resp := kmsg.NewPtrSyncGroupResponse()
+	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
+		resp.ErrorCode = groupDenied
+		return resp
+	}
 	if r.version >= 5 && (req.ProtocolType == nil || req.Protocol == nil) {
 		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
 		return resp
@@ -160,6 +164,10 @@ func (l *Listener) syncGroup(ctx context.Context, r *request, req *kmsg.SyncGrou
 
 func (l *Listener) heartbeat(ctx context.Context, r *request, req *kmsg.HeartbeatRequest) kmsg.Response {
 	resp := kmsg.NewPtrHeartbeatResponse()
+	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
+		resp.ErrorCode = groupDenied
+		return resp
+	}
 	n := &grouppb.HeartbeatRequest{GroupId: req.Group, GenerationId: req.Generation, MemberId: req.MemberID}
 	if r.version >= 3 {
 		n.GroupInstanceId = req.InstanceID
@@ -175,6 +183,10 @@ func (l *Listener) heartbeat(ctx context.Context, r *request, req *kmsg.Heartbea
 
 func (l *Listener) leaveGroup(ctx context.Context, r *request, req *kmsg.LeaveGroupRequest) kmsg.Response {
 	resp := kmsg.NewPtrLeaveGroupResponse()
+	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
+		resp.ErrorCode = groupDenied
+		return resp
+	}
 	n := &grouppb.LeaveGroupRequest{GroupId: req.Group}
 	if r.version < 3 {
 		n.Members = []*grouppb.MemberIdentity{{MemberId: req.MemberID}}
@@ -238,9 +250,20 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 	// catching up, and clients must look the coordinator up again.
 	check := l.coordinating()
 	codes := make(map[tp]int16)
+	groupOK := r.groupAllowed(kmsg.ACLOperationRead, req.Group)
 	for _, t := range req.Topics {
 		var nt *grouppb.OffsetCommitTopic
+		denied := errNone
+		if !groupOK {
+			denied = groupDenied
+		} else if !r.topicAllowed(kmsg.ACLOperationRead, t.Topic) {
+			denied = topicDenied
+		}
 		for _, p := range t.Partitions {
+			if denied != errNone {
+				codes[tp{t.Topic, p.Partition}] = denied
+				continue
+			}
 			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
 				codes[tp{t.Topic, p.Partition}] = kerr.UnknownTopicOrPartition.Code
 				continue
@@ -316,13 +339,18 @@ func (l *Listener) offsetFetch(ctx context.Context, r *request, req *kmsg.Offset
 		resp.Groups = make([]kmsg.OffsetFetchResponseGroup, len(req.Groups))
 		parallel(len(req.Groups), func(i int) {
 			g := req.Groups[i]
+			rg := kmsg.NewOffsetFetchResponseGroup()
+			rg.Group = g.Group
+			if !r.groupAllowed(kmsg.ACLOperationDescribe, g.Group) {
+				rg.ErrorCode = groupDenied
+				resp.Groups[i] = rg
+				return
+			}
 			n := &grouppb.OffsetFetchRequest{GroupId: g.Group, AllTopics: g.Topics == nil, RequireStable: req.RequireStable}
 			for _, t := range g.Topics {
 				n.Topics = append(n.Topics, &grouppb.TopicPartitions{Name: t.Topic, Partitions: t.Partitions})
 			}
-			out := l.fetchOffsets(ctx, n)
-			rg := kmsg.NewOffsetFetchResponseGroup()
-			rg.Group = g.Group
+			out := r.filterOffsets(l.fetchOffsets(ctx, n))
 			rg.ErrorCode = int16(out.ErrorCode)
 			for _, t := range out.Topics {
 				rt := kmsg.NewOffsetFetchResponseGroupTopic()
@@ -347,7 +375,12 @@ func (l *Listener) offsetFetch(ctx context.Context, r *request, req *kmsg.Offset
 	for _, t := range req.Topics {
 		n.Topics = append(n.Topics, &grouppb.TopicPartitions{Name: t.Topic, Partitions: t.Partitions})
 	}
-	out := l.fetchOffsets(ctx, n)
+	var out *grouppb.OffsetFetchResponse
+	if r.groupAllowed(kmsg.ACLOperationDescribe, req.Group) {
+		out = r.filterOffsets(l.fetchOffsets(ctx, n))
+	} else {
+		out = &grouppb.OffsetFetchResponse{ErrorCode: int32(groupDenied)}
+	}
 	top := int16(out.ErrorCode)
 	if r.version >= 2 {
 		resp.ErrorCode = top
@@ -381,14 +414,23 @@ func (l *Listener) offsetFetch(ctx context.Context, r *request, req *kmsg.Offset
 	return resp
 }
 
-func (l *Listener) offsetDelete(ctx context.Context, _ *request, req *kmsg.OffsetDeleteRequest) kmsg.Response {
+func (l *Listener) offsetDelete(ctx context.Context, r *request, req *kmsg.OffsetDeleteRequest) kmsg.Response {
 	resp := kmsg.NewPtrOffsetDeleteResponse()
+	if !r.groupAllowed(kmsg.ACLOperationDelete, req.Group) {
+		resp.ErrorCode = groupDenied
+		return resp
+	}
 	n := &grouppb.OffsetDeleteRequest{GroupId: req.Group}
 	check := l.coordinating()
 	codes := make(map[tp]int16)
 	for _, t := range req.Topics {
 		var nt *grouppb.TopicPartitions
+		readOK := r.topicAllowed(kmsg.ACLOperationRead, t.Topic)
 		for _, p := range t.Partitions {
+			if !readOK {
+				codes[tp{t.Topic, p.Partition}] = topicDenied
+				continue
+			}
 			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
 				codes[tp{t.Topic, p.Partition}] = kerr.UnknownTopicOrPartition.Code
 				continue
@@ -434,8 +476,13 @@ func (l *Listener) describeGroups(ctx context.Context, r *request, req *kmsg.Des
 	parallel(len(req.Groups), func(i int) {
 		g := kmsg.NewDescribeGroupsResponseGroup()
 		g.Group = req.Groups[i]
+		if !r.groupAllowed(kmsg.ACLOperationDescribe, g.Group) {
+			g.ErrorCode = groupDenied
+			resp.Groups[i] = g
+			return
+		}
 		if r.version >= 3 && req.IncludeAuthorizedOperations {
-			g.AuthorizedOperations = groupOps
+			g.AuthorizedOperations = r.groupOperations(g.Group)
 		}
 		out, err := call[*grouppb.DescribeGroupResponse](ctx, l, callTimeout, &grouppb.DescribeGroupRequest{GroupId: req.Groups[i]})
 		if err != nil {
@@ -474,7 +521,11 @@ func (l *Listener) listGroups(ctx context.Context, r *request, req *kmsg.ListGro
 		return resp
 	}
 	resp.ErrorCode = int16(out.ErrorCode)
+	all := r.clusterAllowed(kmsg.ACLOperationDescribe)
 	for _, g := range out.Groups {
+		if !all && !r.groupAllowed(kmsg.ACLOperationDescribe, g.GroupId) {
+			continue // Kafka leaves out what the caller may not describe
+		}
 		kg := kmsg.NewListGroupsResponseGroup()
 		kg.Group, kg.ProtocolType, kg.GroupState, kg.GroupType = g.GroupId, g.ProtocolType, g.State, g.GroupType
 		resp.Groups = append(resp.Groups, kg)
@@ -482,12 +533,17 @@ func (l *Listener) listGroups(ctx context.Context, r *request, req *kmsg.ListGro
 	return resp
 }
 
-func (l *Listener) deleteGroups(ctx context.Context, _ *request, req *kmsg.DeleteGroupsRequest) kmsg.Response {
+func (l *Listener) deleteGroups(ctx context.Context, r *request, req *kmsg.DeleteGroupsRequest) kmsg.Response {
 	resp := kmsg.NewPtrDeleteGroupsResponse()
 	resp.Groups = make([]kmsg.DeleteGroupsResponseGroup, len(req.Groups))
 	parallel(len(req.Groups), func(i int) {
 		g := kmsg.NewDeleteGroupsResponseGroup()
 		g.Group = req.Groups[i]
+		if !r.groupAllowed(kmsg.ACLOperationDelete, g.Group) {
+			g.ErrorCode = groupDenied
+			resp.Groups[i] = g
+			return
+		}
 		out, err := call[*grouppb.DeleteGroupResponse](ctx, l, callTimeout, &grouppb.DeleteGroupRequest{GroupId: req.Groups[i]})
 		if err != nil {
 			g.ErrorCode = callErrorCode(err)

@@ -6,6 +6,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
+	"github.com/cohort-coord/cohort/security"
 )
 
 // Groups executes one native group request (grouppb.*Request) and returns the
@@ -104,11 +106,22 @@ type Config struct {
 	// Metrics, when set, receives the listener's Prometheus series
 	// (requests by API and error code, their latency, connections).
 	Metrics prometheus.Registerer
+	// Security configures SASL and ACLs; nil: PLAINTEXT, everything allowed.
+	Security *Security
 	// ExclusiveOwnership advertises, in ApiVersions v3+ supported features,
 	// that the coordinator enforces exclusive partition ownership in consumer
 	// groups (FeatureExclusiveOwnership): the group ownership guard is on.
 	ExclusiveOwnership bool
+	// TLS, when set, makes the listener speak TLS: every accepted
+	// connection completes a handshake with this configuration (within
+	// TLSHandshakeTimeout) before its first request is read; a client that
+	// does not speak TLS is logged and closed. The connection's
+	// tls.ConnectionState is then known to the request handlers.
+	TLS *tls.Config
 }
+
+// TLSHandshakeTimeout bounds the TLS handshake of a new connection.
+const TLSHandshakeTimeout = 10 * time.Second
 
 // MetadataCatchUpWait bounds how long a Metadata request on a node that
 // has not caught up waits before it is answered LEADER_NOT_AVAILABLE (only
@@ -158,6 +171,8 @@ type Stats struct {
 	// CallErrors counts group calls that failed (answered with a retriable
 	// error code).
 	CallErrors uint64
+	// AuthFailures counts failed SASL exchanges.
+	AuthFailures uint64
 }
 
 // Listener serves the Kafka protocol on one TCP socket.
@@ -176,8 +191,11 @@ type Listener struct {
 	conns map[*conn]struct{}
 	wg    sync.WaitGroup
 
-	accepted, requests, bad, unsupported, callErrors atomic.Uint64
-	open                                             atomic.Int64
+	accepted, requests, bad, unsupported, callErrors, authFailures atomic.Uint64
+	open                                                           atomic.Int64
+
+	// authz checks requests; nil: authorization off.
+	authz *security.Authorizer
 
 	// inlineHeartbeats: groups answers heartbeats without waiting.
 	inlineHeartbeats bool
@@ -242,6 +260,13 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 	if ih, ok := groups.(InlineHeartbeats); ok {
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
 	}
+	if cfg.Security != nil {
+		if cfg.Security.SASL && cfg.Security.Store == nil {
+			ln.Close()
+			return nil, errors.New("kafka: SASL needs a credential store")
+		}
+		l.authz = cfg.Security.Authorizer
+	}
 	l.apis, l.version = l.apiTable()
 	if cfg.Metrics != nil {
 		l.metrics = newMetrics(cfg.Metrics, l)
@@ -273,6 +298,7 @@ func (l *Listener) Stats() Stats {
 		BadConnections:      l.bad.Load(),
 		UnsupportedVersions: l.unsupported.Load(),
 		CallErrors:          l.callErrors.Load(),
+		AuthFailures:        l.authFailures.Load(),
 	}
 }
 
@@ -295,6 +321,9 @@ func (l *Listener) Serve(ctx context.Context) error {
 			break
 		}
 		l.accepted.Add(1)
+		if l.cfg.TLS != nil {
+			nc = tls.Server(nc, l.cfg.TLS)
+		}
 		c := l.newConn(ctx, nc)
 		l.mu.Lock()
 		l.conns[c] = struct{}{}
@@ -318,3 +347,7 @@ func (l *Listener) Serve(ctx context.Context) error {
 	l.wg.Wait()
 	return err
 }
+
+// Close closes the socket of a listener that never served (Serve closes it
+// otherwise).
+func (l *Listener) Close() error { return l.ln.Close() }

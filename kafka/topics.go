@@ -17,9 +17,6 @@ const (
 	// maxFetchWait caps how long an empty Fetch is held (clients ask for up
 	// to MaxWaitMillis; holding it keeps idle consumers from spinning).
 	maxFetchWait = 2 * time.Second
-	// topicOps is the authorized-operations bitfield reported for topics:
-	// READ (3), DESCRIBE (8).
-	topicOps = 1<<3 | 1<<8
 	// produceRejected explains the Produce answer.
 	produceRejected = "cohort is a group coordinator and stores no records"
 )
@@ -39,6 +36,9 @@ func (l *Listener) findCoordinator(ctx context.Context, r *request, req *kmsg.Fi
 			// Transactions are not coordinated here.
 			msg := "cohort coordinates consumer groups only"
 			return Broker{NodeID: -1, Port: -1}, kerr.CoordinatorNotAvailable.Code, &msg
+		}
+		if !r.groupAllowed(kmsg.ACLOperationDescribe, key) {
+			return Broker{NodeID: -1, Port: -1}, groupDenied, nil
 		}
 		if !caughtUp {
 			msg := "this node is catching up with the cluster"
@@ -81,10 +81,16 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 	all := req.Topics == nil || (r.version == 0 && len(req.Topics) == 0)
 	autoCreate := l.autoOn && (r.version < 4 || req.AllowAutoTopicCreation || !l.cfg.AutoCreateOnlyWhenAllowed)
 	add := func(t catalog.Topic, code int16, name *string) {
+		if name != nil && !r.topicAllowed(kmsg.ACLOperationDescribe, *name) {
+			if all {
+				return // Kafka leaves out what the caller may not describe
+			}
+			t, code = catalog.Topic{}, topicDenied
+		}
 		mt := kmsg.NewMetadataResponseTopic()
 		mt.Topic, mt.TopicID, mt.ErrorCode = name, t.ID, code
 		if r.version >= 8 && req.IncludeTopicAuthorizedOperations {
-			mt.AuthorizedOperations = topicOps
+			mt.AuthorizedOperations = r.topicOperations(t.Name)
 		}
 		if code == errNone {
 			mt.Partitions = l.partitions(t)
@@ -122,7 +128,7 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 		}
 		name := *rt.Topic
 		t, ok := l.topics.Get(name)
-		if !ok && autoCreate {
+		if !ok && autoCreate && r.createAllowed(name) {
 			var code int16
 			t, code = l.createTopic(ctx, name, l.cfg.DefaultPartitions)
 			switch code {
@@ -243,6 +249,8 @@ func (l *Listener) createTopics(ctx context.Context, r *request, req *kmsg.Creat
 		var code int16
 		var msg string
 		switch {
+		case !r.createAllowed(t.Topic):
+			code, msg = topicDenied, "not authorized to create the topic"
 		case catalog.ValidateName(t.Topic) != nil:
 			code, msg = kerr.InvalidTopicException.Code, "invalid topic name"
 		case parts <= 0 || parts > catalog.MaxPartitions:
@@ -313,6 +321,11 @@ func (l *Listener) deleteTopics(ctx context.Context, r *request, req *kmsg.Delet
 			continue
 		}
 		rt.Topic, rt.TopicID = kmsg.StringPtr(t.Name), t.ID
+		if !r.topicAllowed(kmsg.ACLOperationDelete, t.Name) {
+			rt.ErrorCode = topicDenied
+			resp.Topics = append(resp.Topics, rt)
+			continue
+		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		err := l.topics.Propose(cctx, catalog.DeleteTopic{Name: t.Name})
 		cancel()

@@ -15,6 +15,7 @@ import (
 	"github.com/cohort-coord/cohort/coordinator"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+	securitypb "github.com/cohort-coord/cohort/proto/cohort/security/v1"
 	"github.com/cohort-coord/cohort/raftfsm"
 )
 
@@ -54,6 +55,10 @@ func (a *adminActor) Receive(ctx actor.Context) {
 		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(cmd) })
 	case *raftpb.TopicDelete:
 		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(catalog.DeleteTopic{Name: m.GetName()}) })
+	case *securitypb.ScramChange:
+		a.async(ctx, func() proto.Message { return a.n.onSecurityChange(m) })
+	case *securitypb.AclChange:
+		a.async(ctx, func() proto.Message { return a.n.onSecurityChange(m) })
 	case *clusterpb.TransferLeadershipRequest:
 		a.async(ctx, func() proto.Message {
 			return a.n.adminResponse(a.n.withoutLease(func() error { return a.n.raft.TransferLeadership(m.GetNodeId()) }))
@@ -108,7 +113,7 @@ func (n *Node) adminResponse(err error) *clusterpb.AdminResponse {
 func (n *Node) join(m *clusterpb.JoinRequest) *clusterpb.JoinResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	reg := &raftpb.NodeRegister{NodeId: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), RemoteAddr: m.GetRemoteAddr(), KafkaAddr: m.GetKafkaAddr()}
+	reg := &raftpb.NodeRegister{NodeId: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), RemoteAddr: m.GetRemoteAddr(), KafkaAddr: m.GetKafkaAddr(), KafkaListeners: m.GetKafkaListeners()}
 	if err := n.raft.Join(ctx, reg); err != nil {
 		return &clusterpb.JoinResponse{Error: err.Error(), Code: adminCode(err), LeaderRemoteAddr: n.leaderRemote()}
 	}

@@ -33,6 +33,7 @@ import (
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 	"github.com/cohort-coord/cohort/raftfsm"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 // Config is a node's configuration.
@@ -67,6 +68,49 @@ type Config struct {
 	// MetricsOff leaves out metrics and group views (benchmarks that
 	// measure what they cost).
 	MetricsOff bool
+	// Security configures the Kafka listeners per security protocol, SASL
+	// and ACLs (security.go). Its zero value is one PLAINTEXT listener on
+	// Kafka.Addr with authorization off.
+	Security SecurityConfig
+	// TLS configures TLS on the node's links; off by default.
+	TLS TLSConfig
+}
+
+// TLSConfig chooses the links that speak TLS and the files they use. The
+// files are re-read on SIGHUP and when they change; new handshakes use
+// what was read last.
+type TLSConfig struct {
+	tlsconfig.Files
+	// Kafka, Native and Raft turn TLS on for the Kafka listener, the
+	// native API (protoactor remote over gRPC: server and client side, so
+	// its clients need certificates too) and Raft. The native API and Raft
+	// require a client certificate from the CA; a Raft peer's certificate
+	// must also name its node id as a DNS name.
+	Kafka, Native, Raft bool
+	// KafkaClientAuth is whether Kafka clients must present a certificate
+	// (Kafka's ssl.client.auth).
+	KafkaClientAuth tlsconfig.ClientAuth
+	// ReloadInterval is how often the files are checked for changes (0:
+	// every second).
+	ReloadInterval time.Duration
+}
+
+// On reports whether any link uses TLS.
+func (c TLSConfig) On() bool { return c.Kafka || c.Native || c.Raft }
+
+func (c TLSConfig) validate() error {
+	if err := c.Files.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.On() && !c.Enabled():
+		return errors.New("tls: a TLS link needs a certificate and key file")
+	case !c.On() && c.Enabled():
+		return errors.New("tls: certificate files given but no link uses TLS")
+	case (c.Native || c.Raft || c.KafkaClientAuth != tlsconfig.ClientAuthNone) && c.CAFile == "":
+		return errors.New("tls: client certificates (native API, Raft, Kafka client auth) need a CA file")
+	}
+	return nil
 }
 
 // DefaultConfig returns the embedded defaults.
@@ -134,6 +178,12 @@ func (c Config) Validate() error {
 	if err := c.Group.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.TLS.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Security.validate(c); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -161,7 +211,8 @@ type Node struct {
 	system     *actor.ActorSystem
 	remote     *remote.Remote
 	service    *actors.Service
-	kafka      *kafka.Listener
+	kafka      *kafka.Listener   // the first of kafkas
+	kafkas     []*kafka.Listener // one per security protocol
 	stopKafka  context.CancelFunc
 	kafkaDone  chan error
 	lock       *os.File
@@ -175,6 +226,7 @@ type Node struct {
 	registry   *prometheus.Registry
 	observer   *actors.Observer
 	http       *ops.Server
+	tls        *tlsconfig.Source
 }
 
 // activateTimeout bounds the switch of the group service on a leadership change.
@@ -199,7 +251,24 @@ func Start(cfg Config) (_ *Node, err error) {
 	if n.lock, err = lockDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	if cfg.TLS.On() {
+		if n.tls, err = tlsconfig.Load(cfg.TLS.Files, log); err != nil {
+			return nil, err
+		}
+		n.bg.Add(1)
+		go func() {
+			defer n.bg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { <-n.stop; cancel() }()
+			n.tls.Watch(ctx, cfg.TLS.ReloadInterval)
+		}()
+		log.Info("tls on", "kafka", cfg.TLS.Kafka, "native", cfg.TLS.Native, "raft", cfg.TLS.Raft, "kafka_client_auth", cfg.TLS.KafkaClientAuth.String(), "subject", n.tls.Subject(), "not_after", n.tls.NotAfter())
+	}
 	rc := cfg.Raft
+	if cfg.TLS.Raft {
+		rc.TLS = n.tls
+	}
 	if rc.Dir == "" {
 		rc.Dir = filepath.Join(cfg.DataDir, "raft")
 	}
@@ -240,21 +309,18 @@ func Start(cfg Config) (_ *Node, err error) {
 	}
 	kcfg := cfg.Kafka
 	kcfg.NodeID = n.kafkaID
-	kcfg.Coordinator = n.coordinatorBroker
-	kcfg.Brokers = n.brokers
 	kcfg.CaughtUp = n.caughtUp.Wait
 	if !cfg.MetricsOff {
 		kcfg.Metrics = n.registry
 	}
 	kcfg.ExclusiveOwnership = cfg.Group.OwnershipGuard
+	if cfg.TLS.Kafka {
+		kcfg.TLS = n.tls.Server(cfg.TLS.KafkaClientAuth)
+	}
 	n.raft.Catalog.SetProposer(n.proposeTopic)
-	if n.kafka, err = kafka.New(kcfg, n.service, n.raft.Catalog, log.With("component", "kafka")); err != nil {
+	if err = n.startKafka(kcfg); err != nil {
 		return nil, err
 	}
-	var kctx context.Context
-	kctx, n.stopKafka = context.WithCancel(context.Background())
-	n.kafkaDone = make(chan error, 1)
-	go func() { n.kafkaDone <- n.kafka.Serve(kctx) }()
 	if err = n.startHTTP(); err != nil {
 		return nil, err
 	}
@@ -329,14 +395,13 @@ func (n *Node) onLeader() {
 	if err := n.raft.Register(ctx, n.self()); err != nil {
 		n.log.Warn("register self", "err", err)
 	}
+	n.bootstrapScram(ctx)
 }
 
 func (n *Node) self() *raftpb.NodeRegister {
-	kafkaAddr := n.cfg.Kafka.AdvertisedAddr
-	if kafkaAddr == "" && n.kafka != nil {
-		kafkaAddr = n.kafka.Addr().String()
-	}
-	return &raftpb.NodeRegister{NodeId: n.raft.ID(), RaftAddr: n.raft.Addr(), RemoteAddr: n.remoteAddr, KafkaAddr: kafkaAddr}
+	listeners := n.advertisedListeners()
+	return &raftpb.NodeRegister{NodeId: n.raft.ID(), RaftAddr: n.raft.Addr(), RemoteAddr: n.remoteAddr,
+		KafkaAddr: listeners[n.firstListener()], KafkaListeners: listeners}
 }
 
 // register makes sure the cluster knows this node and its current
@@ -385,7 +450,7 @@ func (n *Node) joinTargets() []string {
 // askJoin sends a JoinRequest to a member, following it to the leader.
 func (n *Node) askJoin(addr string) error {
 	reg := n.self()
-	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr}
+	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr, KafkaListeners: reg.KafkaListeners}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	go func() {
@@ -403,7 +468,7 @@ func (n *Node) askJoin(addr string) error {
 // follower that has not heard from its leader for a heartbeat timeout does
 // not name it: the leader is probably gone, and a client told to retry
 // finds the next one sooner than a client sent to a dead address.
-func (n *Node) coordinatorBroker(string) (kafka.Broker, int16) {
+func (n *Node) coordinatorBroker(listener string) (kafka.Broker, int16) {
 	id := n.raft.LeaderID()
 	if id == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
@@ -412,10 +477,11 @@ func (n *Node) coordinatorBroker(string) (kafka.Broker, int16) {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
 	reg, ok := n.raft.FSM.Node(id)
-	if !ok || reg.GetKafkaAddr() == "" {
+	addr := kafkaAddrOf(reg, listener)
+	if !ok || addr == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
-	b, ok := brokerOf(id, reg.GetKafkaAddr())
+	b, ok := brokerOf(id, addr)
 	if !ok {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
@@ -434,10 +500,15 @@ func (n *Node) startRemote() (err error) {
 		port = l.Addr().(*net.TCPAddr).Port
 		l.Close()
 	}
-	cfg := remote.Configure(host, port, remote.WithServerOptions(
+	server := []grpc.ServerOption{
 		grpc.StreamInterceptor(recoverStream(n.log)),
-		grpc.MaxRecvMsgSize(64<<20),
-	))
+		grpc.MaxRecvMsgSize(64 << 20),
+	}
+	opts := []remote.ConfigOption{remote.WithServerOptions(server...)}
+	if n.cfg.TLS.Native {
+		opts = admin.RemoteTLS(n.tls, server...)
+	}
+	cfg := remote.Configure(host, port, opts...)
 	n.remote = remote.NewRemote(n.system, cfg)
 	defer func() {
 		if p := recover(); p != nil {
@@ -464,6 +535,9 @@ func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
 		return handler(srv, ss)
 	}
 }
+
+// TLS returns the node's certificate source; nil when no link uses TLS.
+func (n *Node) TLS() *tlsconfig.Source { return n.tls }
 
 // CaughtUp reports whether this node's replicated state is at least as new
 // as what it had acknowledged before it started (see catchUp).

@@ -109,11 +109,11 @@ func (n *Node) onTopicCommand(cmd catalog.Command) *clusterpb.AdminResponse {
 
 // brokers lists every registered node as a Kafka broker, and the leader as
 // controller, for Metadata.
-func (n *Node) brokers() ([]kafka.Broker, int32) {
+func (n *Node) brokers(listener string) ([]kafka.Broker, int32) {
 	var out []kafka.Broker
 	seen := false
 	for _, reg := range n.raft.FSM.Nodes() {
-		b, ok := brokerOf(reg.GetNodeId(), reg.GetKafkaAddr())
+		b, ok := brokerOf(reg.GetNodeId(), kafkaAddrOf(reg, listener))
 		if !ok {
 			continue
 		}
@@ -121,7 +121,7 @@ func (n *Node) brokers() ([]kafka.Broker, int32) {
 		out = append(out, b)
 	}
 	if !seen {
-		if b, ok := brokerOf(n.raft.ID(), n.self().GetKafkaAddr()); ok {
+		if b, ok := brokerOf(n.raft.ID(), kafkaAddrOf(n.self(), listener)); ok {
 			out = append(out, b)
 		}
 	}

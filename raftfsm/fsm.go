@@ -27,6 +27,7 @@ import (
 	"github.com/cohort-coord/cohort/catalog"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+	"github.com/cohort-coord/cohort/security"
 )
 
 // CommandVersion is the envelope version this code writes and applies.
@@ -55,7 +56,9 @@ type FSM struct {
 	state   *State
 	nodes   map[string]*raftpb.NodeRegister
 	catalog *catalog.Catalog
-	log     *slog.Logger
+	// security holds SCRAM credentials and ACLs (security.go).
+	security *security.Store
+	log      *slog.Logger
 	// halt is set once, on the apply goroutine; halted is closed then.
 	halt   atomic.Pointer[error]
 	halted chan struct{}
@@ -66,7 +69,7 @@ func NewFSM(cat *catalog.Catalog, log *slog.Logger) *FSM {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &FSM{state: NewState(), nodes: map[string]*raftpb.NodeRegister{}, catalog: cat, log: log, halted: make(chan struct{})}
+	return &FSM{state: NewState(), nodes: map[string]*raftpb.NodeRegister{}, catalog: cat, security: security.NewStore(), log: log, halted: make(chan struct{})}
 }
 
 var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResult{
@@ -217,7 +220,7 @@ func (f *FSM) Groups() ([]string, error) {
 }
 
 // capture returns the snapshot records of the whole state, in their fixed
-// order (nodes, topics, then groups), without encoding them. Applied
+// order (nodes, topics, security, then groups), without encoding them. Applied
 // records are never changed in place (an apply replaces the pointer), so the
 // records stay as captured after the lock is released. Caller holds f.mu.
 func (f *FSM) capture() []*raftpb.SnapshotRecord {
@@ -229,6 +232,7 @@ func (f *FSM) capture() []*raftpb.SnapshotRecord {
 		tc := &raftpb.TopicCreate{Name: t.Name, Id: t.ID[:], Partitions: t.Partitions}
 		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Topic{Topic: tc}})
 	}
+	out = f.captureSecurity(out)
 	return f.state.capture(out)
 }
 
@@ -273,6 +277,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	state, nodes := NewState(), map[string]*raftpb.NodeRegister{}
 	var topics []catalog.Topic
+	var sec securityRecords
 	r := bufio.NewReader(rc)
 	for {
 		var rec raftpb.SnapshotRecord
@@ -295,6 +300,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		case *raftpb.SnapshotRecord_Offset:
 			o := k.Offset
 			state.entry(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = o
+		case *raftpb.SnapshotRecord_Scram, *raftpb.SnapshotRecord_Acl:
+			sec.add(&rec)
 		default:
 			return fmt.Errorf("raftfsm: restore: unknown record %T", k)
 		}
@@ -302,6 +309,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.state, f.nodes = state, nodes
 	f.catalog.Restore(topics)
+	f.security.Restore(sec.creds, sec.acls)
 	f.mu.Unlock()
 	return nil
 }

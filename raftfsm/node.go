@@ -20,6 +20,7 @@ import (
 
 	"github.com/cohort-coord/cohort/catalog"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 // Config configures a Raft node.
@@ -50,6 +51,10 @@ type Config struct {
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
 	Logger            *slog.Logger
+	// TLS, when set, carries Raft over TLS with client certificates
+	// required both ways: a peer is trusted when its certificate chains to
+	// the source's CA and names the peer's node id as a DNS name.
+	TLS *tlsconfig.Source
 }
 
 // peerAddrs is a raft.ServerAddressProvider over Config.PeerAddrs.
@@ -116,8 +121,15 @@ func Open(cfg Config) (*Node, error) {
 		peers = maps.Clone(peerAddrs(cfg.PeerAddrs))
 		tc.ServerAddressProvider = peers
 	}
-	transport, err := raft.NewTCPTransportWithConfig(bind, nil, tc)
-	if err != nil {
+	var transport *raft.NetworkTransport
+	var stream *tlsStream
+	if cfg.TLS != nil {
+		if stream, err = newTLSStream(bind, cfg.TLS, cfg.PeerAddrs, cfg.Logger); err != nil {
+			return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
+		}
+		tc.Stream = stream
+		transport = raft.NewNetworkTransportWithConfig(tc)
+	} else if transport, err = raft.NewTCPTransportWithConfig(bind, nil, tc); err != nil {
 		return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
 	}
 	if _, ok := peers[cfg.NodeID]; peers != nil && !ok {
@@ -200,6 +212,9 @@ func Open(cfg Config) (*Node, error) {
 		transport.Close()
 		logs.Close()
 		return nil, err
+	}
+	if stream != nil {
+		stream.raft.Store(r)
 	}
 	n := &Node{Raft: r, FSM: fsm, Catalog: cat, cfg: cfg, addr: transport.LocalAddr(), transport: transport, logs: logs, LeaderCh: leaderCh}
 	if cfg.Bootstrap && !existing {

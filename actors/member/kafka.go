@@ -2,6 +2,7 @@ package member
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -27,18 +28,29 @@ const ExclusiveOwnershipFeature = "cohort.exclusive-ownership"
 // franz-go kmsg messages over TCP, one connection per broker, sent to the
 // coordinator FindCoordinator names. Versions are capped at Kafka 3.9's
 // (JoinGroup v9, with reasons).
-func Kafka(seeds ...string) TransportFactory {
+func Kafka(seeds ...string) TransportFactory { return KafkaWithOptions(seeds) }
+
+// KafkaTLS is Kafka over TLS with cfg (e.g. tlsconfig.ClientConfig, or a
+// tlsconfig.Source's Client("") to follow certificate rotations).
+func KafkaTLS(cfg *tls.Config, seeds ...string) TransportFactory {
+	return KafkaWithOptions(seeds, kgo.DialTLSConfig(cfg))
+}
+
+// KafkaWithOptions is Kafka with further franz-go options for every
+// connection (TLS, SASL, dialer).
+func KafkaWithOptions(seeds []string, opts ...kgo.Opt) TransportFactory {
 	return func(env TransportEnv) (Transport, error) {
 		if len(seeds) == 0 {
 			return nil, fmt.Errorf("%w: Kafka transport without seed brokers", machine.ErrConfig)
 		}
-		return &kafkaTransport{env: env, seeds: append([]string(nil), seeds...), conns: map[string]*kgo.Client{}}, nil
+		return &kafkaTransport{env: env, seeds: append([]string(nil), seeds...), opts: append([]kgo.Opt(nil), opts...), conns: map[string]*kgo.Client{}}, nil
 	}
 }
 
 type kafkaTransport struct {
 	env   TransportEnv
 	seeds []string
+	opts  []kgo.Opt
 
 	mu     sync.Mutex
 	conns  map[string]*kgo.Client
@@ -71,14 +83,14 @@ func (t *kafkaTransport) client(addr string) (*kgo.Client, error) {
 	if cl, ok := t.conns[addr]; ok {
 		return cl, nil
 	}
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), t.opts...),
 		kgo.SeedBrokers(addr),
 		kgo.ClientID(t.env.ClientID),
 		kgo.MaxVersions(kversion.V3_9_0()),
 		kgo.RequestRetries(0),
 		kgo.DialTimeout(t.env.RequestTimeout),
 		kgo.RequestTimeoutOverhead(t.env.RequestTimeout),
-	)
+	)...)
 	if err != nil {
 		return nil, err
 	}

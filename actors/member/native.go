@@ -40,7 +40,9 @@ func (t *nativeTransport) exclusiveOwnership(leader string) bool {
 // Native returns the native transport (protoactor remote to cohortd): addrs
 // are native API addresses of cohortd nodes (--remote-addr). The member's
 // actor system must run protoactor remote, since answers come back through
-// it. The coordinator is the Raft leader: FindCoordinator asks the nodes in
+// it; with TLS on the nodes' native API, that remote runs over TLS too
+// (admin.RemoteTLS with a certificate from the nodes' CA). The coordinator
+// is the Raft leader: FindCoordinator asks the nodes in
 // turn for their cluster status and takes the leader's address.
 func Native(addrs ...string) TransportFactory {
 	return func(env TransportEnv) (Transport, error) {

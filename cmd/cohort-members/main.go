@@ -25,9 +25,12 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/asynkron/protoactor-go/remote"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/cohort-coord/cohort/actors/member"
+	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/assignor"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 func main() {
@@ -44,6 +47,9 @@ type options struct {
 	instancePrefix string
 	session        time.Duration
 	debug          bool
+	tls            tlsconfig.Files
+	saslMechanism  string
+	saslUser       string
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -61,6 +67,11 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.instancePrefix, "instance-prefix", "", "make members static: instance ids <prefix>-1, <prefix>-2, ...")
 	fs.DurationVar(&o.session, "session-timeout", 10*time.Second, "session timeout")
 	fs.BoolVar(&o.debug, "debug", false, "log every answer the members get")
+	fs.StringVar(&o.tls.CertFile, "tls-cert-file", "", "client certificate: TLS to the nodes (required for the native API over TLS)")
+	fs.StringVar(&o.tls.KeyFile, "tls-key-file", "", "private key of --tls-cert-file")
+	fs.StringVar(&o.tls.CAFile, "tls-ca-file", "", "CA certificates of the nodes; alone it turns on TLS to the Kafka listener without a client certificate")
+	fs.StringVar(&o.saslMechanism, "sasl-mechanism", "", "with --kafka: authenticate with SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from COHORT_SASL_PASSWORD)")
+	fs.StringVar(&o.saslUser, "sasl-username", "", "SASL user name")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -101,8 +112,17 @@ func split(s string) []string {
 	return out
 }
 
-// startRemote starts protoactor remote on listen (a free port for port 0).
-func startRemote(system *actor.ActorSystem, listen string) (err error) {
+// startRemote starts protoactor remote on listen (a free port for port 0),
+// over TLS with files' certificate when given.
+func startRemote(system *actor.ActorSystem, listen string, files tlsconfig.Files) (err error) {
+	var opts []remote.ConfigOption
+	if files.Enabled() {
+		src, err := tlsconfig.Load(files, nil)
+		if err != nil {
+			return err
+		}
+		opts = admin.RemoteTLS(src)
+	}
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
 		return fmt.Errorf("--listen %q: %w", listen, err)
@@ -124,7 +144,7 @@ func startRemote(system *actor.ActorSystem, listen string) (err error) {
 			err = fmt.Errorf("native API endpoint on %s:%d: %v", host, port, p)
 		}
 	}()
-	remote.NewRemote(system, remote.Configure(host, port)).Start()
+	remote.NewRemote(system, remote.Configure(host, port, opts...)).Start()
 	return nil
 }
 
@@ -176,8 +196,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	transport := member.Native(split(o.remote)...)
 	if o.kafka != "" {
-		transport = member.Kafka(split(o.kafka)...)
-	} else if err := startRemote(system, o.listen); err != nil {
+		var kopts []kgo.Opt
+		if o.tls.Enabled() || o.tls.CAFile != "" {
+			cfg, err := tlsconfig.ClientConfig(o.tls)
+			if err != nil {
+				fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+				return 1
+			}
+			kopts = append(kopts, kgo.DialTLSConfig(cfg))
+		}
+		if o.saslMechanism != "" {
+			opt, err := member.KafkaSASL(strings.ToUpper(o.saslMechanism), o.saslUser, os.Getenv("COHORT_SASL_PASSWORD"))
+			if err != nil {
+				fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+				return 1
+			}
+			kopts = append(kopts, opt)
+		}
+		transport = member.KafkaWithOptions(split(o.kafka), kopts...)
+	} else if err := startRemote(system, o.listen, o.tls); err != nil {
 		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
 		return 1
 	}

@@ -47,7 +47,7 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 	var req proto.Message
 	switch {
 	case rest[0] == "status" && len(rest) == 1:
-		a, err := admin.Listen(*listen)
+		a, err := c.adminListen(*listen)
 		if err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 	default:
 		return fmt.Errorf("%w: cluster %s", errUsage, clusterCommands)
 	}
-	a, err := admin.Listen(*listen)
+	a, err := c.adminListen(*listen)
 	if err != nil {
 		return err
 	}
@@ -74,6 +74,19 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 		return err
 	}
 	return c.print(res, func(w *tabwriter.Writer) { fmt.Fprintln(w, "ok") })
+}
+
+// adminListen starts the command's native API endpoint, over TLS when the
+// TLS flags say so.
+func (c *cli) adminListen(listen string) (*admin.Client, error) {
+	if c.tls == nil {
+		return admin.Listen(listen)
+	}
+	opts, err := c.tls.remote()
+	if err != nil {
+		return nil, err
+	}
+	return admin.Listen(listen, opts...)
 }
 
 type nodeStatus struct {

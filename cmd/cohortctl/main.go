@@ -11,6 +11,8 @@
 //	cohortctl topics list
 //	cohortctl topics create [--partitions N] [--replication-factor R] TOPIC
 //	cohortctl topics delete TOPIC
+//	cohortctl users list|describe|set|delete ...
+//	cohortctl acls list|create|delete ...
 //
 // --bootstrap defaults to $COHORT_BOOTSTRAP, else 127.0.0.1:9092.
 package main
@@ -44,7 +46,7 @@ func main() {
 // errUsage marks command-line mistakes (exit status 2).
 var errUsage = errors.New("usage")
 
-const usage = `usage: cohortctl [--bootstrap host:port] [--json] [--timeout d] COMMAND
+const usage = `usage: cohortctl [--bootstrap host:port] [--json] [--timeout d] [--tls] [--tls-cert-file F --tls-key-file F] [--tls-ca-file F] COMMAND
 
 commands:
   groups list                  groups with protocol type and state
@@ -59,7 +61,15 @@ commands:
   topics list                  topics and partition counts
   topics create [--partitions N] [--replication-factor R] TOPIC
   topics delete TOPIC
+  users list | describe USER... | set USER [--mechanism M] [--iterations N] [--password-stdin] | delete USER [--mechanism M]
+                               SCRAM credentials (the password: --password-stdin or env COHORT_USER_PASSWORD)
+  acls list|create|delete [--group G] [--topic T] [--cluster] [--resource-pattern-type P]
+       [--allow-principal User:x] [--deny-principal User:x] [--host H] [--operation OP]
+                               ACLs, as kafka-acls.sh manages them
   cluster [--remote host:port] status|add-voter|remove-voter|transfer-leadership
+
+SASL: --sasl-mechanism PLAIN|SCRAM-SHA-256|SCRAM-SHA-512 --sasl-username U, password from
+env COHORT_SASL_PASSWORD or --sasl-password-file F.
 `
 
 type cli struct {
@@ -67,6 +77,7 @@ type cli struct {
 	out     io.Writer
 	json    bool
 	timeout time.Duration
+	tls     *tlsOptions
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -80,6 +91,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&bootstrap, "bootstrap", bootstrap, "comma-separated seed brokers (env COHORT_BOOTSTRAP)")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", 15*time.Second, "deadline of the whole command")
+	tlsOpts := addTLSFlags(fs, getenv)
+	saslOpts := addSASLFlags(fs, getenv)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -90,7 +103,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.ClientID("cohortctl"))
+	kopts, err := tlsOpts.kafka()
+	if err != nil {
+		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
+		return 1
+	}
+	sopts, err := saslOpts.kafka()
+	if err != nil {
+		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
+		return 1
+	}
+	kopts = append(kopts, sopts...)
+	cl, err := kgo.NewClient(append(kopts, kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.ClientID("cohortctl"))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
 		return 1
@@ -98,7 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := &cli{cl: cl, out: stdout, json: *asJSON, timeout: *timeout}
+	c := &cli{cl: cl, out: stdout, json: *asJSON, timeout: *timeout, tls: tlsOpts}
 	if err := c.dispatch(ctx, fs.Args()); err != nil {
 		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
 		if errors.Is(err, errUsage) {
@@ -139,6 +163,10 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.offsetsDelete(ctx, args[2:])
 	case args[0] == "offsets" && len(args) == 2:
 		return c.offsets(ctx, args[1])
+	case args[0] == "users":
+		return c.users(ctx, args[1:], os.Stdin)
+	case args[0] == "acls":
+		return c.acls(ctx, args[1:])
 	case args[0] == "cluster":
 		return c.cluster(ctx, args[1:])
 	case cmd == "topics list" && len(args) == 2:

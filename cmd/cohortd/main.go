@@ -17,9 +17,11 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/cohort-coord/cohort/kafka"
 	"github.com/cohort-coord/cohort/node"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 func main() {
@@ -93,8 +95,17 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.DurationVar(&g.OffsetsRetention, "offsets-retention", g.OffsetsRetention, "how long committed offsets of an empty group are kept (offsets.retention.minutes)")
 	takeover := !g.DisableTakeoverWindow
 	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")
+	tc := &cfg.TLS
+	fs.StringVar(&tc.CertFile, "tls-cert-file", tc.CertFile, "PEM certificate (chain) of this node; turns TLS on for the links in --tls-links. Raft peers must name their node id as a DNS name in it")
+	fs.StringVar(&tc.KeyFile, "tls-key-file", tc.KeyFile, "PEM private key of --tls-cert-file")
+	fs.StringVar(&tc.CAFile, "tls-ca-file", tc.CAFile, "PEM certificates of the CAs that sign peers' and clients' certificates (required for the native API and Raft links)")
+	fs.Var(clientAuthFlag{&tc.KafkaClientAuth}, "tls-client-auth", "client certificates on the Kafka listener (ssl.client.auth): none, request or require; the native API and Raft always require one")
+	links := "kafka,native,raft"
+	fs.StringVar(&links, "tls-links", links, "links that speak TLS when --tls-cert-file is given: a comma list of kafka, native, raft")
+	fs.DurationVar(&tc.ReloadInterval, "tls-reload-interval", time.Second, "how often the TLS files are checked for changes (SIGHUP re-reads them at once)")
 	level := slog.LevelInfo
 	fs.TextVar(&level, "log-level", level, "debug, info, warn or error")
+	securityFlags(fs, &cfg.Security)
 	for _, f := range extraFlags {
 		f(fs)
 	}
@@ -127,7 +138,52 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	}
 	k.MaxRequestBytes, k.DefaultPartitions = int32(maxReq), int32(parts)
 	g.DisableTakeoverWindow = !takeover
+	if tc.Enabled() {
+		if err := setLinks(tc, links); err != nil {
+			return cfg, level, err
+		}
+	}
 	return cfg, level, cfg.Validate()
+}
+
+// setLinks turns TLS on for the links named in v (--tls-links).
+func setLinks(tc *node.TLSConfig, v string) error {
+	for _, l := range strings.Split(v, ",") {
+		switch strings.ToLower(strings.TrimSpace(l)) {
+		case "kafka":
+			tc.Kafka = true
+		case "native":
+			tc.Native = true
+		case "raft":
+			tc.Raft = true
+		case "":
+		default:
+			return fmt.Errorf("--tls-links: unknown link %q (want kafka, native, raft)", l)
+		}
+	}
+	if !tc.On() {
+		return errors.New("--tls-links names no link")
+	}
+	return nil
+}
+
+// clientAuthFlag is --tls-client-auth.
+type clientAuthFlag struct{ a *tlsconfig.ClientAuth }
+
+func (f clientAuthFlag) String() string {
+	if f.a == nil {
+		return "none"
+	}
+	return f.a.String()
+}
+
+func (f clientAuthFlag) Set(v string) error {
+	a, err := tlsconfig.ParseClientAuth(v)
+	if err != nil {
+		return err
+	}
+	*f.a = a
+	return nil
 }
 
 // peerAddrsFlag is --raft-peer-addrs: id=host:port pairs separated by commas.

@@ -83,15 +83,24 @@ func sortedKeys(m map[int32]bool) []int32 {
 }
 
 // rejectLogger reports every JoinGroup refused with
-// INCONSISTENT_GROUP_PROTOCOL (kgo logs it and retries).
+// INCONSISTENT_GROUP_PROTOCOL (kgo logs it and retries), and the
+// authorization and authentication errors kgo logs.
 type rejectLogger struct{}
 
 func (rejectLogger) Level() kgo.LogLevel { return kgo.LogLevelInfo }
 
 func (rejectLogger) Log(_ kgo.LogLevel, msg string, keyvals ...any) {
 	for _, v := range keyvals {
-		if err, ok := v.(error); ok && strings.Contains(err.Error(), "INCONSISTENT_GROUP_PROTOCOL") {
+		err, ok := v.(error)
+		if !ok {
+			continue
+		}
+		if strings.Contains(err.Error(), "INCONSISTENT_GROUP_PROTOCOL") {
 			emit(map[string]any{"rejected": msg})
+			return
+		}
+		if strings.Contains(err.Error(), "AUTHORIZATION_FAILED") || strings.Contains(err.Error(), "SASL_AUTHENTICATION_FAILED") {
+			emit(map[string]any{"log": msg + ": " + err.Error()})
 			return
 		}
 	}
@@ -129,8 +138,12 @@ func runFranz() int {
 	event := func(kind string, ps []int32, t time.Time) {
 		emit(map[string]any{"ev": kind, "parts": ps, "t": t.UnixNano()})
 	}
-	var err error
-	cl, err = kgo.NewClient(
+	secOpts, err := franzSecurity()
+	if err != nil {
+		emit(map[string]any{"error": err.Error()})
+		return 1
+	}
+	cl, err = kgo.NewClient(append(secOpts,
 		kgo.SeedBrokers(strings.Split(e.bootstrap, ",")...),
 		kgo.ClientID(e.clientID),
 		kgo.ConsumerGroup(e.group),
@@ -172,7 +185,7 @@ func runFranz() int {
 			}
 			event("lost", m[e.topic], time.Now())
 			report(c, "lost")
-		}),
+		}))...,
 	)
 	if err != nil {
 		emit(map[string]any{"error": err.Error()})
@@ -184,8 +197,13 @@ func runFranz() int {
 	go func() {
 		for {
 			pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-			cl.PollFetches(pctx)
+			fs := cl.PollFetches(pctx)
 			cancel()
+			for _, fe := range fs.Errors() {
+				if pctx.Err() == nil {
+					emit(map[string]any{"log": fe.Err.Error()})
+				}
+			}
 			if cl.Context().Err() != nil {
 				return
 			}
@@ -301,6 +319,10 @@ func runSarama() int {
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	cfg.Consumer.MaxWaitTime = 500 * time.Millisecond
+	if err := saramaSecurity(cfg); err != nil {
+		emit(map[string]any{"error": err.Error()})
+		return 1
+	}
 	client, err := sarama.NewClient(strings.Split(e.bootstrap, ","), cfg)
 	if err != nil {
 		emit(map[string]any{"error": err.Error()})

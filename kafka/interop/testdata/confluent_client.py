@@ -32,9 +32,21 @@ conf = {
 def on_error(err):
     if err.code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
         emit(rejected=str(err))
+    else:
+        emit(log="error: %s" % err)
 
 
 conf["error_cb"] = on_error
+# Security as the tests set it: SECURITY_PROTOCOL, SASL_MECHANISM,
+# SASL_USERNAME, SASL_PASSWORD, SSL_CA_FILE.
+if env.get("SECURITY_PROTOCOL", "PLAINTEXT") != "PLAINTEXT":
+    conf["security.protocol"] = env["SECURITY_PROTOCOL"].lower()
+if env.get("SASL_MECHANISM"):
+    conf.update({"sasl.mechanisms": env["SASL_MECHANISM"],
+                 "sasl.username": env["SASL_USERNAME"],
+                 "sasl.password": env["SASL_PASSWORD"]})
+if env.get("SSL_CA_FILE"):
+    conf["ssl.ca.location"] = env["SSL_CA_FILE"]
 if env.get("INSTANCE_ID"):
     conf["group.instance.id"] = env["INSTANCE_ID"]
 
@@ -104,6 +116,8 @@ while True:
     msg = consumer.poll(0.1)
     if msg is not None and msg.error() and msg.error().code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL:
         emit(rejected=str(msg.error()))
+    elif msg is not None and msg.error():
+        emit(log="poll: %s" % msg.error())
     try:
         cmd = cmds.get_nowait()
     except queue.Empty:

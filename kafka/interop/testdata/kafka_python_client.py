@@ -6,6 +6,7 @@ import os
 import queue
 import sys
 import threading
+import time
 
 import kafka
 from kafka import KafkaConsumer, TopicPartition
@@ -43,7 +44,20 @@ class Listener(ConsumerRebalanceListener):
         report("assigned")
 
 
+# Security as the tests set it: SECURITY_PROTOCOL, SASL_MECHANISM (PLAIN),
+# SASL_USERNAME, SASL_PASSWORD, SSL_CA_FILE.
+security = {}
+if env.get("SECURITY_PROTOCOL", "PLAINTEXT") != "PLAINTEXT":
+    security["security_protocol"] = env["SECURITY_PROTOCOL"]
+if env.get("SASL_MECHANISM"):
+    security.update(sasl_mechanism=env["SASL_MECHANISM"],
+                    sasl_plain_username=env["SASL_USERNAME"],
+                    sasl_plain_password=env["SASL_PASSWORD"])
+if env.get("SSL_CA_FILE"):
+    security["ssl_cafile"] = env["SSL_CA_FILE"]
+
 consumer = KafkaConsumer(
+    **security,
     bootstrap_servers=env["BOOTSTRAP"],
     group_id=env["GROUP"],
     client_id=env["CLIENT_ID"],
@@ -67,7 +81,13 @@ def read_stdin():
 threading.Thread(target=read_stdin, daemon=True).start()
 
 while True:
-    consumer.poll(timeout_ms=100)
+    try:
+        consumer.poll(timeout_ms=100)
+    except Exception as e:
+        # Refusals (GroupAuthorizationFailedError, ...) are reported, and
+        # the consumer keeps trying as an application would.
+        emit(log="poll: %s: %s" % (type(e).__name__, e))
+        time.sleep(0.5)
     try:
         cmd = cmds.get_nowait()
     except queue.Empty:

@@ -345,13 +345,15 @@ func (x *StatusResponse) GetNotReady() []string {
 // JoinRequest asks a node to add the sender as a voter (forwarded to the
 // leader). Joining again with the same id and address is a no-op.
 type JoinRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	RemoteAddr    string                 `protobuf:"bytes,3,opt,name=remote_addr,json=remoteAddr,proto3" json:"remote_addr,omitempty"`
-	KafkaAddr     string                 `protobuf:"bytes,4,opt,name=kafka_addr,json=kafkaAddr,proto3" json:"kafka_addr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddr   string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	RemoteAddr string                 `protobuf:"bytes,3,opt,name=remote_addr,json=remoteAddr,proto3" json:"remote_addr,omitempty"`
+	KafkaAddr  string                 `protobuf:"bytes,4,opt,name=kafka_addr,json=kafkaAddr,proto3" json:"kafka_addr,omitempty"`
+	// Kafka listeners by security protocol name and advertised address.
+	KafkaListeners map[string]string `protobuf:"bytes,5,rep,name=kafka_listeners,json=kafkaListeners,proto3" json:"kafka_listeners,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
@@ -410,6 +412,13 @@ func (x *JoinRequest) GetKafkaAddr() string {
 		return x.KafkaAddr
 	}
 	return ""
+}
+
+func (x *JoinRequest) GetKafkaListeners() map[string]string {
+	if x != nil {
+		return x.KafkaListeners
+	}
+	return nil
 }
 
 type JoinResponse struct {
@@ -701,14 +710,18 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05error\x18\t \x01(\tR\x05error\x12\x14\n" +
 	"\x05ready\x18\n" +
 	" \x01(\bR\x05ready\x12\x1b\n" +
-	"\tnot_ready\x18\v \x03(\tR\bnotReady\"\x83\x01\n" +
+	"\tnot_ready\x18\v \x03(\tR\bnotReady\"\xa3\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
 	"\vremote_addr\x18\x03 \x01(\tR\n" +
 	"remoteAddr\x12\x1d\n" +
 	"\n" +
-	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\"\x85\x01\n" +
+	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12[\n" +
+	"\x0fkafka_listeners\x18\x05 \x03(\v22.cohort.cluster.v1.JoinRequest.KafkaListenersEntryR\x0ekafkaListeners\x1aA\n" +
+	"\x13KafkaListenersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x01\n" +
 	"\fJoinResponse\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12,\n" +
 	"\x12leader_remote_addr\x18\x02 \x01(\tR\x10leaderRemoteAddr\x121\n" +
@@ -746,7 +759,7 @@ func file_cohort_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_cohort_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_cohort_cluster_v1_cluster_proto_goTypes = []any{
 	(AdminError)(0),                   // 0: cohort.cluster.v1.AdminError
 	(*Member)(nil),                    // 1: cohort.cluster.v1.Member
@@ -758,16 +771,18 @@ var file_cohort_cluster_v1_cluster_proto_goTypes = []any{
 	(*RemoveVoterRequest)(nil),        // 7: cohort.cluster.v1.RemoveVoterRequest
 	(*TransferLeadershipRequest)(nil), // 8: cohort.cluster.v1.TransferLeadershipRequest
 	(*AdminResponse)(nil),             // 9: cohort.cluster.v1.AdminResponse
+	nil,                               // 10: cohort.cluster.v1.JoinRequest.KafkaListenersEntry
 }
 var file_cohort_cluster_v1_cluster_proto_depIdxs = []int32{
-	1, // 0: cohort.cluster.v1.StatusResponse.members:type_name -> cohort.cluster.v1.Member
-	0, // 1: cohort.cluster.v1.JoinResponse.code:type_name -> cohort.cluster.v1.AdminError
-	0, // 2: cohort.cluster.v1.AdminResponse.code:type_name -> cohort.cluster.v1.AdminError
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1,  // 0: cohort.cluster.v1.StatusResponse.members:type_name -> cohort.cluster.v1.Member
+	10, // 1: cohort.cluster.v1.JoinRequest.kafka_listeners:type_name -> cohort.cluster.v1.JoinRequest.KafkaListenersEntry
+	0,  // 2: cohort.cluster.v1.JoinResponse.code:type_name -> cohort.cluster.v1.AdminError
+	0,  // 3: cohort.cluster.v1.AdminResponse.code:type_name -> cohort.cluster.v1.AdminError
+	4,  // [4:4] is the sub-list for method output_type
+	4,  // [4:4] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_cohort_cluster_v1_cluster_proto_init() }
@@ -781,7 +796,7 @@ func file_cohort_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_cluster_v1_cluster_proto_rawDesc), len(file_cohort_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -10,6 +10,7 @@ package raftpb
 
 import (
 	v1 "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	v11 "github.com/cohort-coord/cohort/proto/cohort/security/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -38,17 +39,23 @@ const (
 	CommandType_COMMAND_TYPE_NODE_REGISTER CommandType = 4
 	// payload: NodeRemove
 	CommandType_COMMAND_TYPE_NODE_REMOVE CommandType = 5
+	// payload: cohort.security.v1.ScramChange
+	CommandType_COMMAND_TYPE_SCRAM_CHANGE CommandType = 16
+	// payload: cohort.security.v1.AclChange
+	CommandType_COMMAND_TYPE_ACL_CHANGE CommandType = 17
 )
 
 // Enum value maps for CommandType.
 var (
 	CommandType_name = map[int32]string{
-		0: "COMMAND_TYPE_UNSPECIFIED",
-		1: "COMMAND_TYPE_GROUP_WRITES",
-		2: "COMMAND_TYPE_TOPIC_CREATE",
-		3: "COMMAND_TYPE_TOPIC_DELETE",
-		4: "COMMAND_TYPE_NODE_REGISTER",
-		5: "COMMAND_TYPE_NODE_REMOVE",
+		0:  "COMMAND_TYPE_UNSPECIFIED",
+		1:  "COMMAND_TYPE_GROUP_WRITES",
+		2:  "COMMAND_TYPE_TOPIC_CREATE",
+		3:  "COMMAND_TYPE_TOPIC_DELETE",
+		4:  "COMMAND_TYPE_NODE_REGISTER",
+		5:  "COMMAND_TYPE_NODE_REMOVE",
+		16: "COMMAND_TYPE_SCRAM_CHANGE",
+		17: "COMMAND_TYPE_ACL_CHANGE",
 	}
 	CommandType_value = map[string]int32{
 		"COMMAND_TYPE_UNSPECIFIED":   0,
@@ -57,6 +64,8 @@ var (
 		"COMMAND_TYPE_TOPIC_DELETE":  3,
 		"COMMAND_TYPE_NODE_REGISTER": 4,
 		"COMMAND_TYPE_NODE_REMOVE":   5,
+		"COMMAND_TYPE_SCRAM_CHANGE":  16,
+		"COMMAND_TYPE_ACL_CHANGE":    17,
 	}
 )
 
@@ -372,13 +381,17 @@ func (x *TopicDelete) GetName() string {
 // NodeRegister records how to reach a node, so any node can tell clients
 // where the leader's listeners are.
 type NodeRegister struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	RemoteAddr    string                 `protobuf:"bytes,3,opt,name=remote_addr,json=remoteAddr,proto3" json:"remote_addr,omitempty"`
-	KafkaAddr     string                 `protobuf:"bytes,4,opt,name=kafka_addr,json=kafkaAddr,proto3" json:"kafka_addr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	NodeId     string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	RaftAddr   string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	RemoteAddr string                 `protobuf:"bytes,3,opt,name=remote_addr,json=remoteAddr,proto3" json:"remote_addr,omitempty"`
+	KafkaAddr  string                 `protobuf:"bytes,4,opt,name=kafka_addr,json=kafkaAddr,proto3" json:"kafka_addr,omitempty"`
+	// Kafka listeners by name (the security protocol: PLAINTEXT, SSL,
+	// SASL_PLAINTEXT, SASL_SSL) and advertised address; kafka_addr is the
+	// first one's.
+	KafkaListeners map[string]string `protobuf:"bytes,5,rep,name=kafka_listeners,json=kafkaListeners,proto3" json:"kafka_listeners,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeRegister) Reset() {
@@ -439,6 +452,13 @@ func (x *NodeRegister) GetKafkaAddr() string {
 	return ""
 }
 
+func (x *NodeRegister) GetKafkaListeners() map[string]string {
+	if x != nil {
+		return x.KafkaListeners
+	}
+	return nil
+}
+
 type NodeRemove struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -492,6 +512,8 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Offset
 	//	*SnapshotRecord_Topic
 	//	*SnapshotRecord_Node
+	//	*SnapshotRecord_Scram
+	//	*SnapshotRecord_Acl
 	Kind          isSnapshotRecord_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -570,6 +592,24 @@ func (x *SnapshotRecord) GetNode() *NodeRegister {
 	return nil
 }
 
+func (x *SnapshotRecord) GetScram() *v11.ScramCredential {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_Scram); ok {
+			return x.Scram
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetAcl() *v11.AclBinding {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_Acl); ok {
+			return x.Acl
+		}
+	}
+	return nil
+}
+
 type isSnapshotRecord_Kind interface {
 	isSnapshotRecord_Kind()
 }
@@ -590,6 +630,14 @@ type SnapshotRecord_Node struct {
 	Node *NodeRegister `protobuf:"bytes,4,opt,name=node,proto3,oneof"`
 }
 
+type SnapshotRecord_Scram struct {
+	Scram *v11.ScramCredential `protobuf:"bytes,16,opt,name=scram,proto3,oneof"`
+}
+
+type SnapshotRecord_Acl struct {
+	Acl *v11.AclBinding `protobuf:"bytes,17,opt,name=acl,proto3,oneof"`
+}
+
 func (*SnapshotRecord_Group) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Offset) isSnapshotRecord_Kind() {}
@@ -598,11 +646,15 @@ func (*SnapshotRecord_Topic) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Node) isSnapshotRecord_Kind() {}
 
+func (*SnapshotRecord_Scram) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_Acl) isSnapshotRecord_Kind() {}
+
 var File_cohort_raft_v1_raft_proto protoreflect.FileDescriptor
 
 const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x19cohort/raft/v1/raft.proto\x12\x0ecohort.raft.v1\x1a\x1dcohort/group/v1/records.proto\"\x8d\x01\n" +
+	"\x19cohort/raft/v1/raft.proto\x12\x0ecohort.raft.v1\x1a\x1dcohort/group/v1/records.proto\x1a!cohort/security/v1/security.proto\"\x8d\x01\n" +
 	"\bEnvelope\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.cohort.raft.v1.CommandTypeR\x04type\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\rR\aversion\x12\x18\n" +
@@ -622,30 +674,38 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"partitions\x18\x03 \x01(\x05R\n" +
 	"partitions\"!\n" +
 	"\vTopicDelete\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x84\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xa2\x02\n" +
 	"\fNodeRegister\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
 	"\vremote_addr\x18\x03 \x01(\tR\n" +
 	"remoteAddr\x12\x1d\n" +
 	"\n" +
-	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\"%\n" +
+	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12Y\n" +
+	"\x0fkafka_listeners\x18\x05 \x03(\v20.cohort.raft.v1.NodeRegister.KafkaListenersEntryR\x0ekafkaListeners\x1aA\n" +
+	"\x13KafkaListenersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"%\n" +
 	"\n" +
 	"NodeRemove\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xf0\x01\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xe1\x02\n" +
 	"\x0eSnapshotRecord\x124\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.cohort.group.v1.GroupRecordH\x00R\x05group\x127\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x123\n" +
 	"\x05topic\x18\x03 \x01(\v2\x1b.cohort.raft.v1.TopicCreateH\x00R\x05topic\x122\n" +
-	"\x04node\x18\x04 \x01(\v2\x1c.cohort.raft.v1.NodeRegisterH\x00R\x04nodeB\x06\n" +
-	"\x04kind*\xc6\x01\n" +
+	"\x04node\x18\x04 \x01(\v2\x1c.cohort.raft.v1.NodeRegisterH\x00R\x04node\x12;\n" +
+	"\x05scram\x18\x10 \x01(\v2#.cohort.security.v1.ScramCredentialH\x00R\x05scram\x122\n" +
+	"\x03acl\x18\x11 \x01(\v2\x1e.cohort.security.v1.AclBindingH\x00R\x03aclB\x06\n" +
+	"\x04kind*\x82\x02\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COMMAND_TYPE_GROUP_WRITES\x10\x01\x12\x1d\n" +
 	"\x19COMMAND_TYPE_TOPIC_CREATE\x10\x02\x12\x1d\n" +
 	"\x19COMMAND_TYPE_TOPIC_DELETE\x10\x03\x12\x1e\n" +
 	"\x1aCOMMAND_TYPE_NODE_REGISTER\x10\x04\x12\x1c\n" +
-	"\x18COMMAND_TYPE_NODE_REMOVE\x10\x05B<Z:github.com/cohort-coord/cohort/proto/cohort/raft/v1;raftpbb\x06proto3"
+	"\x18COMMAND_TYPE_NODE_REMOVE\x10\x05\x12\x1d\n" +
+	"\x19COMMAND_TYPE_SCRAM_CHANGE\x10\x10\x12\x1b\n" +
+	"\x17COMMAND_TYPE_ACL_CHANGE\x10\x11B<Z:github.com/cohort-coord/cohort/proto/cohort/raft/v1;raftpbb\x06proto3"
 
 var (
 	file_cohort_raft_v1_raft_proto_rawDescOnce sync.Once
@@ -660,36 +720,42 @@ func file_cohort_raft_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_raft_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_cohort_raft_v1_raft_proto_goTypes = []any{
-	(CommandType)(0),        // 0: cohort.raft.v1.CommandType
-	(*Envelope)(nil),        // 1: cohort.raft.v1.Envelope
-	(*GroupWrites)(nil),     // 2: cohort.raft.v1.GroupWrites
-	(*GroupWrite)(nil),      // 3: cohort.raft.v1.GroupWrite
-	(*TopicCreate)(nil),     // 4: cohort.raft.v1.TopicCreate
-	(*TopicDelete)(nil),     // 5: cohort.raft.v1.TopicDelete
-	(*NodeRegister)(nil),    // 6: cohort.raft.v1.NodeRegister
-	(*NodeRemove)(nil),      // 7: cohort.raft.v1.NodeRemove
-	(*SnapshotRecord)(nil),  // 8: cohort.raft.v1.SnapshotRecord
-	(*v1.Record)(nil),       // 9: cohort.group.v1.Record
-	(*v1.WriteFence)(nil),   // 10: cohort.group.v1.WriteFence
-	(*v1.GroupRecord)(nil),  // 11: cohort.group.v1.GroupRecord
-	(*v1.OffsetRecord)(nil), // 12: cohort.group.v1.OffsetRecord
+	(CommandType)(0),            // 0: cohort.raft.v1.CommandType
+	(*Envelope)(nil),            // 1: cohort.raft.v1.Envelope
+	(*GroupWrites)(nil),         // 2: cohort.raft.v1.GroupWrites
+	(*GroupWrite)(nil),          // 3: cohort.raft.v1.GroupWrite
+	(*TopicCreate)(nil),         // 4: cohort.raft.v1.TopicCreate
+	(*TopicDelete)(nil),         // 5: cohort.raft.v1.TopicDelete
+	(*NodeRegister)(nil),        // 6: cohort.raft.v1.NodeRegister
+	(*NodeRemove)(nil),          // 7: cohort.raft.v1.NodeRemove
+	(*SnapshotRecord)(nil),      // 8: cohort.raft.v1.SnapshotRecord
+	nil,                         // 9: cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	(*v1.Record)(nil),           // 10: cohort.group.v1.Record
+	(*v1.WriteFence)(nil),       // 11: cohort.group.v1.WriteFence
+	(*v1.GroupRecord)(nil),      // 12: cohort.group.v1.GroupRecord
+	(*v1.OffsetRecord)(nil),     // 13: cohort.group.v1.OffsetRecord
+	(*v11.ScramCredential)(nil), // 14: cohort.security.v1.ScramCredential
+	(*v11.AclBinding)(nil),      // 15: cohort.security.v1.AclBinding
 }
 var file_cohort_raft_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: cohort.raft.v1.Envelope.type:type_name -> cohort.raft.v1.CommandType
 	3,  // 1: cohort.raft.v1.GroupWrites.writes:type_name -> cohort.raft.v1.GroupWrite
-	9,  // 2: cohort.raft.v1.GroupWrite.records:type_name -> cohort.group.v1.Record
-	10, // 3: cohort.raft.v1.GroupWrite.fence:type_name -> cohort.group.v1.WriteFence
-	11, // 4: cohort.raft.v1.SnapshotRecord.group:type_name -> cohort.group.v1.GroupRecord
-	12, // 5: cohort.raft.v1.SnapshotRecord.offset:type_name -> cohort.group.v1.OffsetRecord
-	4,  // 6: cohort.raft.v1.SnapshotRecord.topic:type_name -> cohort.raft.v1.TopicCreate
-	6,  // 7: cohort.raft.v1.SnapshotRecord.node:type_name -> cohort.raft.v1.NodeRegister
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	10, // 2: cohort.raft.v1.GroupWrite.records:type_name -> cohort.group.v1.Record
+	11, // 3: cohort.raft.v1.GroupWrite.fence:type_name -> cohort.group.v1.WriteFence
+	9,  // 4: cohort.raft.v1.NodeRegister.kafka_listeners:type_name -> cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	12, // 5: cohort.raft.v1.SnapshotRecord.group:type_name -> cohort.group.v1.GroupRecord
+	13, // 6: cohort.raft.v1.SnapshotRecord.offset:type_name -> cohort.group.v1.OffsetRecord
+	4,  // 7: cohort.raft.v1.SnapshotRecord.topic:type_name -> cohort.raft.v1.TopicCreate
+	6,  // 8: cohort.raft.v1.SnapshotRecord.node:type_name -> cohort.raft.v1.NodeRegister
+	14, // 9: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
+	15, // 10: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cohort_raft_v1_raft_proto_init() }
@@ -702,6 +768,8 @@ func file_cohort_raft_v1_raft_proto_init() {
 		(*SnapshotRecord_Offset)(nil),
 		(*SnapshotRecord_Topic)(nil),
 		(*SnapshotRecord_Node)(nil),
+		(*SnapshotRecord_Scram)(nil),
+		(*SnapshotRecord_Acl)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -709,7 +777,7 @@ func file_cohort_raft_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_raft_v1_raft_proto_rawDesc), len(file_cohort_raft_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

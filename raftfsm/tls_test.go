@@ -1,0 +1,221 @@
+package raftfsm
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cohort-coord/cohort/internal/testcerts"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+	"github.com/cohort-coord/cohort/tlsconfig"
+)
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// nodeCert writes a certificate for node id name (DNS name id and
+// 127.0.0.1) signed by ca, and loads it with ca as the trusted CA.
+func nodeCert(t testing.TB, dir string, ca, trust *testcerts.CA, id string, dnsNames ...string) *tlsconfig.Source {
+	t.Helper()
+	if len(dnsNames) == 0 {
+		dnsNames = []string{id}
+	}
+	f := ca.Issue(t, testcerts.Options{CommonName: id, DNSNames: dnsNames, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}).Write(t, dir, id, nil)
+	f.CA = dir + "/" + id + "-ca.crt"
+	testcerts.WriteFile(t, f.CA, trust.PEM)
+	src, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// proxy forwards every connection to target (a stand-in for the chaos
+// suite's fault-injection proxies) and returns its address.
+func proxy(t testing.TB, target string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
+				io.Copy(c, u)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func tlsNode(t testing.TB, id string, src *tlsconfig.Source, bootstrap bool, peers map[string]string, log *slog.Logger) *Node {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	cfg.NodeID, cfg.Bootstrap, cfg.TLS, cfg.PeerAddrs = id, bootstrap, src, peers
+	slowTimings(&cfg)
+	if log != nil {
+		cfg.Logger = log
+	}
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// slowTimings are twice the production timings: TLS handshakes under the
+// race detector on a loaded machine take longer than testConfig's 50 ms
+// lease allows.
+func slowTimings(cfg *Config) {
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+}
+
+func register(t testing.TB, n *Node, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Register(ctx, &raftpb.NodeRegister{NodeId: id, RaftAddr: "127.0.0.1:1"}); err != nil {
+		t.Fatalf("write %s: %v", id, err)
+	}
+}
+
+// TestRaftOverTLS: three nodes replicate over TLS; the leader reaches
+// node2 through a TCP proxy (PeerAddrs), so the name it verifies is the
+// node id, not the proxy's address.
+func TestRaftOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, "cluster CA")
+	n2 := tlsNode(t, "node2", nodeCert(t, dir, ca, ca, "node2"), false, nil, nil)
+	n3 := tlsNode(t, "node3", nodeCert(t, dir, ca, ca, "node3"), false, nil, nil)
+	n1 := tlsNode(t, "node1", nodeCert(t, dir, ca, ca, "node1"), true, map[string]string{"node2": proxy(t, n2.Addr())}, nil)
+	waitFor(t, "node1 to lead", n1.IsLeader)
+	for _, n := range []*Node{n2, n3} {
+		if err := n1.AddVoter(n.ID(), n.Addr()); err != nil {
+			t.Fatalf("add %s: %v", n.ID(), err)
+		}
+	}
+	register(t, n1, "written-over-tls")
+	for _, n := range []*Node{n2, n3} {
+		waitFor(t, n.ID()+" to apply the write", func() bool { _, ok := n.FSM.Node("written-over-tls"); return ok })
+	}
+	if h1, h2, h3 := n1.FSM.Hash(), n2.FSM.Hash(), n3.FSM.Hash(); h1 != h2 || h1 != h3 {
+		t.Fatalf("hashes differ: %s %s %s", h1, h2, h3)
+	}
+	if got := n1.Voters(); len(got) != 3 {
+		t.Fatalf("voters %v", got)
+	}
+	// Another node takes over as leader and replicates to node1 directly.
+	if err := n1.TransferLeadership("node2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a write through the new leader", func() bool {
+		for _, n := range []*Node{n2, n3} {
+			if n.IsLeader() {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				return n.Register(ctx, &raftpb.NodeRegister{NodeId: "written-by-new-leader", RaftAddr: "127.0.0.1:1"}) == nil
+			}
+		}
+		return false
+	})
+	waitFor(t, "node1 to apply the new leader's write", func() bool { _, ok := n1.FSM.Node("written-by-new-leader"); return ok })
+}
+
+// TestRaftRefusesUntrustedNodes: a node whose certificate comes from
+// another CA, and a node whose trusted certificate names another node id,
+// are added as voters but never receive an entry; the cluster keeps
+// committing and logs the refusals.
+func TestRaftRefusesUntrustedNodes(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, "cluster CA")
+	other := testcerts.NewCA(t, "rogue CA")
+	var log lockedBuf
+	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node1's log:\n%s", log.String())
+		}
+	})
+	n1 := tlsNode(t, "node1", nodeCert(t, dir, ca, ca, "node1"), true, nil, logger)
+	n2 := tlsNode(t, "node2", nodeCert(t, dir, ca, ca, "node2"), false, nil, nil)
+	waitFor(t, "node1 to lead", n1.IsLeader)
+	if err := n1.AddVoter("node2", n2.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	// rogue trusts the cluster CA but its own certificate is not from it;
+	// impostor's certificate is from the cluster CA but names node9; plain
+	// runs Raft without TLS. Each in turn is added as a third voter (the
+	// two trusted ones are a majority), and the cluster keeps committing
+	// without it.
+	plainCfg := testConfig(t.TempDir())
+	plainCfg.NodeID, plainCfg.Bootstrap = "plain", false
+	slowTimings(&plainCfg)
+	plain, err := Open(plainCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	outsiders := []*Node{
+		tlsNode(t, "rogue", nodeCert(t, dir, other, ca, "rogue"), false, nil, nil),
+		tlsNode(t, "impostor", nodeCert(t, dir, ca, ca, "impostor", "node9"), false, nil, nil),
+		plain,
+	}
+	for _, n := range outsiders {
+		if err := n1.AddVoter(n.ID(), n.Addr()); err != nil {
+			t.Fatalf("add %s: %v", n.ID(), err)
+		}
+		w := "written-with-" + n.ID()
+		register(t, n1, w)
+		waitFor(t, "node2 to apply "+w, func() bool { _, ok := n2.FSM.Node(w); return ok })
+		time.Sleep(300 * time.Millisecond) // heartbeats and retries to the outsider
+		if last := n.Raft.LastIndex(); last != 0 {
+			t.Errorf("%s holds log entries up to %d", n.ID(), last)
+		}
+		if _, ok := n.FSM.Node(w); ok {
+			t.Errorf("%s applied a cluster write", n.ID())
+		}
+		if err := n1.RemoveVoter(context.Background(), n.ID()); err != nil {
+			t.Fatalf("remove %s: %v", n.ID(), err)
+		}
+	}
+	if !n1.IsLeader() || len(n1.Voters()) != 2 {
+		t.Fatalf("cluster after the outsiders: leader %v, voters %v", n1.IsLeader(), n1.Voters())
+	}
+	waitFor(t, "the refusal in node1's log", func() bool {
+		s := log.String()
+		return strings.Contains(s, "certificate is valid for node9, not impostor") && strings.Contains(s, "unknown authority")
+	})
+}
