@@ -101,25 +101,41 @@ func (n *Node) leaseHeld() bool {
 }
 
 // renewLease keeps the lease while this node leads: one VerifyLeader round
-// every fifth of the heartbeat timeout.
+// every fifth of the heartbeat timeout. A round that takes longer than a
+// heartbeat timeout renews nothing (the lease runs out meanwhile), and the
+// next one starts only after it is answered; the node's stop never waits
+// for one (a round is not always answered once Raft shuts down).
 func (n *Node) renewLease() {
 	defer n.bg.Done()
 	every := n.raft.HeartbeatTimeout() / 5
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var pending chan error // the round in flight, if any
+	var start int64
+	var epoch uint64
 	for {
+		var answered <-chan error
+		if pending != nil {
+			answered = pending
+		}
 		select {
 		case <-n.stop:
 			return
+		case err := <-answered:
+			pending = nil
+			if err == nil {
+				n.lease.renew(start, epoch)
+			}
+			continue
 		case <-t.C:
 		}
-		if n.raft.Raft.State() != raft.Leader {
+		if pending != nil || n.raft.Raft.State() != raft.Leader {
 			continue
 		}
-		start, epoch := n.lease.begin()
-		if n.raft.Raft.VerifyLeader().Error() == nil {
-			n.lease.renew(start, epoch)
-		}
+		start, epoch = n.lease.begin()
+		f := n.raft.Raft.VerifyLeader()
+		pending = make(chan error, 1)
+		go func(ch chan error) { ch <- f.Error() }(pending)
 	}
 }
 
