@@ -62,3 +62,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) ./raftfsm/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./assignor/
 	$(GO) test -run '^$$' -fuzz '^FuzzConn$$' -fuzztime $(FUZZTIME) ./kafka/
+	$(GO) test -run '^$$' -fuzz '^FuzzTLSAccept$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x ./kafka/
