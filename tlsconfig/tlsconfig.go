@@ -138,7 +138,20 @@ func Load(files Files, log *slog.Logger) (*Source, error) {
 	if err := s.install(raw); err != nil {
 		return nil, err
 	}
+	s.warnValidity()
 	return s, nil
+}
+
+// warnValidity logs a certificate that is not valid now: peers refuse it.
+func (s *Source) warnValidity() {
+	c := s.Certificate()
+	if c == nil || c.Leaf == nil {
+		return
+	}
+	now := time.Now()
+	if now.After(c.Leaf.NotAfter) || now.Before(c.Leaf.NotBefore) {
+		s.log.Warn("tls: the certificate is not valid now; peers will refuse it", "cert", s.files.CertFile, "not_before", c.Leaf.NotBefore, "not_after", c.Leaf.NotAfter)
+	}
 }
 
 func (s *Source) read() ([3][]byte, error) {
@@ -203,6 +216,7 @@ func (s *Source) reload(settle bool) error {
 		err = s.install(raw)
 		if err == nil {
 			s.log.Info("tls: certificate files reloaded", "cert", s.files.CertFile, "ca", s.files.CAFile, "subject", s.Subject(), "not_after", s.NotAfter())
+			s.warnValidity()
 			return nil
 		}
 	}
