@@ -63,3 +63,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./assignor/
 	$(GO) test -run '^$$' -fuzz '^FuzzConn$$' -fuzztime $(FUZZTIME) ./kafka/
 	$(GO) test -run '^$$' -fuzz '^FuzzSASL$$' -fuzztime $(FUZZTIME) ./kafka/
+	$(GO) test -run '^$$' -fuzz '^FuzzTLSAccept$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x ./kafka/

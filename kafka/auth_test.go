@@ -23,6 +23,7 @@ import (
 	xscram "github.com/xdg-go/scram"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cohort-coord/cohort/catalog"
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	securitypb "github.com/cohort-coord/cohort/proto/cohort/security/v1"
 	"github.com/cohort-coord/cohort/security"
@@ -69,10 +70,25 @@ func secureServer(t testing.TB, authz bool, log *slog.Logger) (*testServer, *sec
 	if authz {
 		sec.Authorizer = security.NewAuthorizer(store, []security.Principal{security.User(adminUser)})
 	}
-	s := startServer(t, nil, func(c *Config) { c.Security = sec })
-	if log != nil {
-		s.l.log = log.With("listener", "kafka")
+	if log == nil {
+		return startServer(t, nil, func(c *Config) { c.Security = sec }), store
 	}
+	// A server logging to log, set before it serves.
+	cfg := DefaultConfig()
+	cfg.Addr, cfg.NodeID, cfg.Security = "127.0.0.1:0", 1, sec
+	topics := catalog.New()
+	if err := topics.Apply(catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	fg := &fakeGroups{}
+	l, err := New(cfg, fg, topics, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &testServer{l: l, groups: fg, topics: topics, cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- l.Serve(ctx) }()
+	t.Cleanup(s.stop)
 	return s, store
 }
 

@@ -164,7 +164,8 @@ type Stats struct {
 	// Requests decoded and dispatched.
 	Requests uint64
 	// BadConnections counts connections closed for bad input: malformed
-	// frames or requests, oversized frames, unknown API keys.
+	// frames or requests, oversized frames, unknown API keys, failed TLS
+	// handshakes.
 	BadConnections uint64
 	// UnsupportedVersions counts requests answered with UNSUPPORTED_VERSION.
 	UnsupportedVersions uint64

@@ -26,6 +26,14 @@ const adminTimeout = 20 * time.Second
 
 // adminActor serves cluster administration. Raft operations wait on futures,
 // so each runs on its own goroutine and answers the sender from there.
+//
+// Who may send these messages is decided by the native API's transport, not
+// here: protoactor remote hands the actor no peer identity, so there is no
+// principal to check Cluster ALTER against. With TLS on the native link
+// only holders of a certificate from the cluster's CA connect at all (node
+// certificates, cohortctl's); without it, whoever reaches --remote-addr
+// administers the cluster, security changes included (ScramChange and
+// AclChange are forwarded here by followers).
 type adminActor struct{ n *Node }
 
 func (a *adminActor) Receive(ctx actor.Context) {

@@ -182,18 +182,55 @@ func patternApplies(a ACL, name string) bool {
 	return false
 }
 
-// aclSet is an immutable, sorted set of bindings, indexed by resource type.
+// aclSet is an immutable, sorted set of bindings, indexed by resource type
+// and, for literal bindings, by name, so a check looks only at the
+// bindings that can apply.
 type aclSet struct {
 	all    []ACL
-	byType map[kmsg.ACLResourceType][]ACL
+	byType map[kmsg.ACLResourceType]*typeIndex
+}
+
+type typeIndex struct {
+	literal  map[string][]ACL // literal bindings by name, "*" included
+	prefixed []ACL
+}
+
+// candidates calls fn with every binding whose pattern covers name.
+func (ix *typeIndex) candidates(name string, fn func(ACL) bool) {
+	for _, b := range ix.literal[name] {
+		if !fn(b) {
+			return
+		}
+	}
+	if name != WildcardName {
+		for _, b := range ix.literal[WildcardName] {
+			if !fn(b) {
+				return
+			}
+		}
+	}
+	for _, b := range ix.prefixed {
+		if strings.HasPrefix(name, b.ResourceName) && !fn(b) {
+			return
+		}
+	}
 }
 
 func newACLSet(all []ACL) *aclSet {
 	slices.SortFunc(all, compareACL)
 	all = slices.CompactFunc(all, func(a, b ACL) bool { return compareACL(a, b) == 0 })
-	s := &aclSet{all: all, byType: map[kmsg.ACLResourceType][]ACL{}}
+	s := &aclSet{all: all, byType: map[kmsg.ACLResourceType]*typeIndex{}}
 	for _, a := range all {
-		s.byType[a.ResourceType] = append(s.byType[a.ResourceType], a)
+		ix := s.byType[a.ResourceType]
+		if ix == nil {
+			ix = &typeIndex{literal: map[string][]ACL{}}
+			s.byType[a.ResourceType] = ix
+		}
+		if a.PatternType == kmsg.ACLResourcePatternTypePrefixed {
+			ix.prefixed = append(ix.prefixed, a)
+		} else {
+			ix.literal[a.ResourceName] = append(ix.literal[a.ResourceName], a)
+		}
 	}
 	return s
 }

@@ -85,32 +85,33 @@ func (a *Authorizer) Authorize(p Principal, host string, op kmsg.ACLOperation, r
 		return true
 	}
 	set := a.src.acls()
-	if set == nil {
+	if set == nil || set.byType[rt] == nil {
 		return false
 	}
-	principal := p.String()
-	allowed := false
-	for _, b := range set.byType[rt] {
-		if !patternApplies(b, name) {
-			continue
-		}
-		if b.Principal != principal && b.Principal != WildcardPrincipal {
-			continue
+	allowed, denied := false, false
+	set.byType[rt].candidates(name, func(b ACL) bool {
+		if !isPrincipal(b.Principal, p) && b.Principal != WildcardPrincipal {
+			return true
 		}
 		if b.Host != host && b.Host != WildcardHost {
-			continue
+			return true
 		}
 		if b.Permission == kmsg.ACLPermissionTypeDeny {
 			if b.Operation == op || b.Operation == kmsg.ACLOperationAll {
+				denied = true
 				return false
 			}
-			continue
+			return true
 		}
-		if !allowed && grants(b.Operation, op) {
-			allowed = true
-		}
-	}
-	return allowed
+		allowed = allowed || grants(b.Operation, op)
+		return true
+	})
+	return allowed && !denied
+}
+
+// isPrincipal reports whether s is p's "Type:name" (without building it).
+func isPrincipal(s string, p Principal) bool {
+	return len(s) == len(p.Type)+1+len(p.Name) && strings.HasPrefix(s, p.Type) && s[len(p.Type)] == ':' && strings.HasSuffix(s, p.Name)
 }
 
 // grants reports whether an ALLOW of have allows want.

@@ -33,7 +33,7 @@ func acl(rt kmsg.ACLResourceType, name string, pt kmsg.ACLResourcePatternType, p
 	return ACL{ResourceType: rt, ResourceName: name, PatternType: pt, Principal: principal, Host: host, Operation: op, Permission: perm}
 }
 
-func storeWith(t *testing.T, acls ...ACL) *Store {
+func storeWith(t testing.TB, acls ...ACL) *Store {
 	t.Helper()
 	s := NewStore()
 	c := &securitypb.AclChange{}

@@ -183,7 +183,10 @@ func TestCredentialDerivation(t *testing.T) {
 			t.Fatal(err)
 		}
 		cl, _ := tc.hash.NewClient("u", "pencil", "")
-		want := cl.GetStoredCredentials(scram.KeyFactors{Salt: string(salt), Iters: 4096})
+		want, err := cl.GetStoredCredentialsWithError(scram.KeyFactors{Salt: string(salt), Iters: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if !bytes.Equal(c.GetStoredKey(), want.StoredKey) || !bytes.Equal(c.GetServerKey(), want.ServerKey) {
 			t.Fatalf("%v: keys differ from xdg-go's", tc.m)
 		}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -137,7 +138,20 @@ func Load(files Files, log *slog.Logger) (*Source, error) {
 	if err := s.install(raw); err != nil {
 		return nil, err
 	}
+	s.warnValidity()
 	return s, nil
+}
+
+// warnValidity logs a certificate that is not valid now: peers refuse it.
+func (s *Source) warnValidity() {
+	c := s.Certificate()
+	if c == nil || c.Leaf == nil {
+		return
+	}
+	now := time.Now()
+	if now.After(c.Leaf.NotAfter) || now.Before(c.Leaf.NotBefore) {
+		s.log.Warn("tls: the certificate is not valid now; peers will refuse it", "cert", s.files.CertFile, "not_before", c.Leaf.NotBefore, "not_after", c.Leaf.NotAfter)
+	}
 }
 
 func (s *Source) read() ([3][]byte, error) {
@@ -202,6 +216,7 @@ func (s *Source) reload(settle bool) error {
 		err = s.install(raw)
 		if err == nil {
 			s.log.Info("tls: certificate files reloaded", "cert", s.files.CertFile, "ca", s.files.CAFile, "subject", s.Subject(), "not_after", s.NotAfter())
+			s.warnValidity()
 			return nil
 		}
 	}
@@ -303,39 +318,44 @@ func (s *Source) Server(auth ClientAuth, alpn ...string) *tls.Config {
 }
 
 // Client returns a client configuration (TLS 1.2 or newer) that presents
-// the certificate in use and verifies the server against the CA read last
-// (the system roots without a CA file). serverName is the name the
-// server's certificate must carry; empty means the host dialed (crypto/tls
-// and gRPC fill in ServerName from the address).
+// the certificate in use (also after a reload) and verifies the server
+// against the CA. serverName is the name the server's certificate must
+// carry; with a name, the CA is the one read last at each handshake.
+// Empty means the host dialed, which crypto/tls, franz-go and gRPC fill in
+// on their copy of the configuration; the CA is then the one in use when
+// Client was called (GRPCClient follows reloads for gRPC).
 func (s *Source) Client(serverName string) *tls.Config {
-	return &tls.Config{
+	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		ServerName: serverName,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return s.Certificate(), nil
 		},
-		// The CA may change between handshakes, so the chain is verified
-		// here against the current one instead of a fixed RootCAs.
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyServer(cs, s.roots())
-		},
 	}
+	if serverName == "" {
+		cfg.RootCAs = s.roots()
+		return cfg
+	}
+	// The CA may change between handshakes, so the chain is verified here
+	// against the current one instead of a fixed RootCAs. (No SNI is sent
+	// for an IP address, so the name comes from here, not the state.)
+	cfg.InsecureSkipVerify = true
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		return verifyServer(cs, serverName, s.roots())
+	}
+	return cfg
 }
 
-func verifyServer(cs tls.ConnectionState, roots *x509.CertPool) error {
+func verifyServer(cs tls.ConnectionState, name string, roots *x509.CertPool) error {
 	if len(cs.PeerCertificates) == 0 {
 		return ErrNoCertificate
-	}
-	if cs.ServerName == "" {
-		return errors.New("tls: no server name to verify the server's certificate against")
 	}
 	inter := x509.NewCertPool()
 	for _, c := range cs.PeerCertificates[1:] {
 		inter.AddCert(c)
 	}
 	_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-		DNSName:       cs.ServerName,
+		DNSName:       name,
 		Roots:         roots,
 		Intermediates: inter,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -382,9 +402,28 @@ func (s *Source) GRPCServer() credentials.TransportCredentials {
 }
 
 // GRPCClient returns gRPC client credentials that verify the server
-// against the name of the host dialed.
+// against the name of the host dialed, with the certificate and CA read
+// last at each handshake.
 func (s *Source) GRPCClient() credentials.TransportCredentials {
-	return credentials.NewTLS(s.Client(""))
+	return &grpcClient{TransportCredentials: credentials.NewTLS(s.Client("")), src: s}
+}
+
+// grpcClient makes the configuration of each client handshake afresh.
+type grpcClient struct {
+	credentials.TransportCredentials
+	src *Source
+}
+
+func (c *grpcClient) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	host, _, err := net.SplitHostPort(authority)
+	if err != nil {
+		host = authority
+	}
+	return credentials.NewTLS(c.src.Client(host)).ClientHandshake(ctx, authority, raw)
+}
+
+func (c *grpcClient) Clone() credentials.TransportCredentials {
+	return &grpcClient{TransportCredentials: c.TransportCredentials.Clone(), src: c.src}
 }
 
 // PeerCommonName is the common name of the peer's verified certificate;

@@ -156,6 +156,11 @@ func TestRefusedCertificates(t *testing.T) {
 	wrongName := ca.Issue(t, testcerts.Options{CommonName: "x", DNSNames: []string{"elsewhere"}})
 	good := load(t, ca.Issue(t, testcerts.Options{CommonName: "alice"}).Write(t, dir, "client", ca), nil)
 
+	var warned logBuf
+	load(t, expired.Write(t, dir, "expired", nil), &warned)
+	if !strings.Contains(warned.String(), "the certificate is not valid now") {
+		t.Errorf("loading an expired certificate logged no warning: %q", warned.String())
+	}
 	cases := []struct {
 		name   string
 		server *tls.Config
