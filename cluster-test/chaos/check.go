@@ -340,6 +340,7 @@ var (
 	genRe       = regexp.MustCompile(`group (\S+) generation (\d+)`)
 	twoOwnersRe = regexp.MustCompile(`assigned to (\S+) and (\S+)$`)
 	notListedRe = regexp.MustCompile(`member (\S+) answered but not in the leader's list \[(.*)\]$`)
+	leadersRe   = regexp.MustCompile(`answered with leader/protocol (\S+)/(\S*) and (\S+)/(\S*)$`)
 )
 
 // checkGenerations is I3: cluster-test's CheckGenerations (one leader,
@@ -358,10 +359,12 @@ func checkGenerations(rec *Record, ops []*clustertest.Op) []Violation {
 	}
 	// A static member that joins again without its member id replaces
 	// itself (Kafka fences the old id and keeps the generation): two ids of
-	// one client in one generation are one consumer, not two.
+	// one client in one generation are one consumer, not two. When it
+	// leads, the group's leader becomes its new id in that generation.
 	client := map[string]string{}
 	for _, o := range rec.Ops {
-		if o.MemberID != "" {
+		// Zombies reuse the ids of the members they imitate.
+		if o.MemberID != "" && !isZombie(o.Client) {
 			client[o.MemberID] = o.Client
 		}
 	}
@@ -379,6 +382,9 @@ func checkGenerations(rec *Record, ops []*clustertest.Op) []Violation {
 			continue
 		}
 		if m := notListedRe.FindStringSubmatch(err.Error()); m != nil && sameClient(m[1], strings.Fields(m[2])...) {
+			continue
+		}
+		if m := leadersRe.FindStringSubmatch(err.Error()); m != nil && m[2] == m[4] && sameClient(m[1], m[3]) {
 			continue
 		}
 		v := Violation{Invariant: "I3", Text: err.Error()}

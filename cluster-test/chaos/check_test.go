@@ -103,6 +103,19 @@ func TestFencingAndGenerations(t *testing.T) {
 	if vs := checkGenerations(replaced, replaced.ClusterOps()); len(vs) != 0 {
 		t.Errorf("static replacement: got\n%s", invariants(vs))
 	}
+	// The same with a zombie committing with the replaced ids, and the
+	// static member leading: its new id leads the same generation (the
+	// 5-minute pause run with seed 110).
+	zombie := commitOp("zombie-s", 5, 0, 9, 95, 99, false, 25, false)
+	zombie.MemberID = "s-2"
+	lead2 := join("s", 5, 0, 10)
+	lead2.MemberID, lead2.Leader, lead2.Members = "s-1", "s-1", []string{"s-1", "a"}
+	again := join("s", 5, 50, 60)
+	again.MemberID, again.Leader, again.Members = "s-2", "s-2", []string{"s-1", "a"}
+	staticLeader := record(lead2, again, syncAs("s", "s-1", 5, 1), syncAs("s", "s-2", 5, 1), syncAs("a", "a", 5, 0), zombie)
+	if vs := checkGenerations(staticLeader, staticLeader.ClusterOps()); len(vs) != 0 {
+		t.Errorf("static leader replacing itself, with a zombie: got\n%s", invariants(vs))
+	}
 	replaced.Ops[3].Client = "other"
 	if vs := checkGenerations(replaced, replaced.ClusterOps()); len(vs) != 2 {
 		t.Errorf("a second consumer with the same partitions: got\n%s", invariants(vs))
