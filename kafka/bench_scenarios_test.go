@@ -33,6 +33,7 @@ const (
 	formMembers = 5
 	memMembers  = 50
 	memParallel = 40
+	memSettle   = 2 * time.Second
 	// commitConns x benchDepth requests in flight.
 	commitConns = 64
 )
@@ -192,6 +193,12 @@ func BenchmarkMemory(b *testing.B) {
 			rss0 := s.rss()
 			for i := range b.N {
 				formGroups(b, s.addr, fmt.Sprintf("mem%d", i), groups, memMembers, memParallel)
+			}
+			// The members are idle now: let the server close the
+			// connections they joined through before measuring.
+			time.Sleep(memSettle)
+			if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" {
+				fmt.Fprintf(s.stdin, "heap %s.memory.%s\n", prefix, s.name)
 			}
 			heap1 := s.ask("mem", "MEM")
 			rss1 := s.rss()

@@ -60,6 +60,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("COHORT_BENCH_SERVER") != "" && os.Getenv("COHORT_BENCH_MEMRATE1") != "" {
+		runtime.MemProfileRate = 1
+	}
 	switch os.Getenv("COHORT_BENCH_SERVER") {
 	case "cohort":
 		os.Exit(serveCohort(false))
@@ -147,6 +150,8 @@ func serveCommands(extra func(cmd, arg string) bool) {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			fmt.Println("ALLOCS", ms.Mallocs)
+		case "heap":
+			heap(arg)
 		case "mem":
 			debug.FreeOSMemory() // runs a collection first
 			var ms runtime.MemStats

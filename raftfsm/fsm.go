@@ -220,19 +220,19 @@ func (f *FSM) Groups() ([]string, error) {
 // order (nodes, topics, then groups), without encoding them. Applied
 // records are never changed in place (an apply replaces the pointer), so the
 // records stay as captured after the lock is released. Caller holds f.mu.
-func (f *FSM) capture() []*raftpb.SnapshotRecord {
-	var out []*raftpb.SnapshotRecord
+func (f *FSM) capture() []snapRecord {
+	var out []snapRecord
 	for _, n := range f.sortedNodes() {
-		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}})
+		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}}})
 	}
 	for _, t := range f.catalog.Snapshot() {
 		tc := &raftpb.TopicCreate{Name: t.Name, Id: t.ID[:], Partitions: t.Partitions}
-		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Topic{Topic: tc}})
+		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Topic{Topic: tc}}})
 	}
 	return f.state.capture(out)
 }
 
-func encodeRecords(w io.Writer, recs []*raftpb.SnapshotRecord) error {
+func encodeRecords(w io.Writer, recs []snapRecord) error {
 	for _, r := range recs {
 		if err := writeRecord(w, r); err != nil {
 			return err
@@ -291,7 +291,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			copy(t.ID[:], k.Topic.GetId())
 			topics = append(topics, t)
 		case *raftpb.SnapshotRecord_Group:
-			state.entry(k.Group.GetGroupId()).rec = k.Group
+			state.entry(k.Group.GetGroupId()).rec = newStoredGroup(k.Group)
 		case *raftpb.SnapshotRecord_Offset:
 			o := k.Offset
 			state.entry(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = o
@@ -326,7 +326,7 @@ func readRecord(r *bufio.Reader, rec *raftpb.SnapshotRecord) error {
 	return proto.Unmarshal(body, rec)
 }
 
-type snapshot struct{ recs []*raftpb.SnapshotRecord }
+type snapshot struct{ recs []snapRecord }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	w := bufio.NewWriterSize(sink, 64<<10)
