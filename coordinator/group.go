@@ -401,6 +401,9 @@ func (g *Group) removePendingSync(id string, fx *Effects) {
 		return
 	}
 	delete(g.pendSync, id)
+	if len(g.pendSync) == 0 {
+		g.pendSync = map[string]struct{}{} // a map keeps its size: drop it
+	}
 	if len(g.pendSync) == 0 && g.syncArmed {
 		g.syncArmed = false
 		if fx != nil {

@@ -111,6 +111,10 @@ func serveClusterNode() int {
 	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
 	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	cfg.Raft.NodeID = os.Getenv("COHORT_BENCH_NODE")
+	// hashicorp/raft's own timeouts rather than cohort's shorter ones: on
+	// the shared two-core machine a leader change in the middle of a run
+	// would fail it, and failover is not what these benchmarks measure.
+	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 	cfg.Join = os.Getenv("COHORT_BENCH_JOIN")
 	cfg.Bootstrap = cfg.Join == ""
 	cfg.Logger = slog.New(slog.DiscardHandler)
@@ -148,6 +152,10 @@ func BenchmarkFormation(b *testing.B) {
 		s := startServer(b, name)
 		createBenchTopic(b, s.addr)
 		b.Run(name, func(b *testing.B) {
+			if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && name != "kfake" {
+				fmt.Fprintf(s.stdin, "profile %s.formation.%s\n", prefix, name)
+				defer fmt.Fprintln(s.stdin, "stop")
+			}
 			var took, cpu time.Duration
 			for i := range b.N {
 				cpu0 := s.cpu()
@@ -217,7 +225,7 @@ func BenchmarkCommit(b *testing.B) {
 		createBenchTopic(b, s.addr)
 		ms := joinAll(b, s.addr)
 		b.Run(name+"/offsetcommit", func(b *testing.B) {
-			loadConns(b, s, "offsetcommit", commitConns, ms, offsetCommit, offsetCommitOK)
+			loadConns(b, s, "commit."+name, commitConns, ms, offsetCommit, offsetCommitOK)
 		})
 		s.stop()
 	}

@@ -621,11 +621,12 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 			c.Close()
 		}
 	}()
-	if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && s.name == "cohort" {
+	if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && strings.HasPrefix(s.name, "cohort") {
 		fmt.Fprintf(s.stdin, "profile %s.%s\n", prefix, phase)
 		defer fmt.Fprintln(s.stdin, "stop")
 	}
 	var next, bad atomic.Int64
+	var firstBad atomic.Value
 	take := func() (kmsg.Request, bool) {
 		n := next.Add(1) - 1
 		if n >= int64(b.N) {
@@ -646,7 +647,9 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 			defer wg.Done()
 			errs[i] = window(c, benchDepth, take, func(r kmsg.Response, lat time.Duration) {
 				if !ok(r) {
-					bad.Add(1)
+					if bad.Add(1) == 1 {
+						firstBad.Store(r)
+					}
 				}
 				lats[i] = append(lats[i], lat)
 			})
@@ -661,7 +664,7 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 		b.Fatal(err)
 	}
 	if bad.Load() > 0 {
-		b.Fatalf("%d of %d answers carried an error", bad.Load(), b.N)
+		b.Fatalf("%d of %d answers carried an error, the first: %+v", bad.Load(), b.N, firstBad.Load())
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-cpu-µs/req")
