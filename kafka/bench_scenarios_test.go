@@ -16,7 +16,7 @@ import (
 // cluster of three child-process nodes with fsync on every node) with
 // kfake in the same run:
 //
-//	go test -run '^$' -bench 'Formation|Memory|Commit' -benchtime 1x ./kafka/
+//	go test -run '^$' -bench 'Formation|Memory|Commit|JoinStorm' -benchtime 1x ./kafka/
 //
 // BenchmarkFormation forms COHORT_BENCH_FORM_GROUPS groups (10,000) of 5
 // members, COHORT_BENCH_FORM_PARALLEL (200) at a time, and reports groups/s
@@ -226,6 +226,32 @@ func BenchmarkCommit(b *testing.B) {
 		ms := joinAll(b, s.addr)
 		b.Run(name+"/offsetcommit", func(b *testing.B) {
 			loadConns(b, s, "commit."+name, commitConns, ms, offsetCommit, offsetCommitOK)
+		})
+		s.stop()
+	}
+}
+
+// BenchmarkJoinStorm forms one group of COHORT_BENCH_STORM_MEMBERS members
+// (1,000), all joining at once, and reports the time from the first
+// JoinGroup to the last SyncGroup.
+func BenchmarkJoinStorm(b *testing.B) {
+	members := benchCount("COHORT_BENCH_STORM_MEMBERS", 1000, 20)
+	for _, name := range benchServers("cohort", "kfake") {
+		s := startServer(b, name)
+		createBenchTopic(b, s.addr)
+		b.Run(name, func(b *testing.B) {
+			var took time.Duration
+			for i := range b.N {
+				ms, start := formGroups(b, s.addr, fmt.Sprintf("storm%d", i), 1, members, 1)
+				var last time.Time
+				for _, m := range ms {
+					if m.synced.After(last) {
+						last = m.synced
+					}
+				}
+				took += last.Sub(start)
+			}
+			b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "ms/storm")
 		})
 		s.stop()
 	}

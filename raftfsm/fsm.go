@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -59,6 +60,12 @@ type FSM struct {
 	// halt is set once, on the apply goroutine; halted is closed then.
 	halt   atomic.Pointer[error]
 	halted chan struct{}
+	// own holds the group writes this node proposed, by the address of
+	// their entry's bytes, until the entry is applied or fails: the leader
+	// applies the entries it wrote from the messages it encoded them from
+	// instead of decoding its own bytes again (hashicorp/raft hands the
+	// leader's FSM the very Log it was given).
+	own sync.Map // *byte -> *raftpb.GroupWrites
 }
 
 // NewFSM returns an empty FSM that applies topic commands to cat.
@@ -84,6 +91,11 @@ var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResul
 func (f *FSM) Apply(l *raft.Log) any {
 	if err := f.halt.Load(); err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: entry %d not applied: %w", ErrBadCommand, l.Index, *err)}
+	}
+	if len(l.Data) > 0 {
+		if ws, ok := f.own.LoadAndDelete(unsafe.SliceData(l.Data)); ok {
+			return f.applyWrites(ws.(*raftpb.GroupWrites))
+		}
 	}
 	var env raftpb.Envelope
 	if err := proto.Unmarshal(l.Data, &env); err != nil {
@@ -119,11 +131,24 @@ func (f *FSM) HaltErr() error {
 	return nil
 }
 
+// proposed registers the writes an entry of this node holds (data is the
+// entry's bytes, as given to raft.Apply); forget undoes it once the entry
+// is applied or failed.
+func (f *FSM) proposed(data []byte, ws *raftpb.GroupWrites) {
+	f.own.Store(unsafe.SliceData(data), ws)
+}
+
+func (f *FSM) forget(data []byte) { f.own.Delete(unsafe.SliceData(data)) }
+
 func (f *FSM) applyGroupWrites(payload []byte) *ApplyResult {
 	var ws raftpb.GroupWrites
 	if err := proto.Unmarshal(payload, &ws); err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
 	}
+	return f.applyWrites(&ws)
+}
+
+func (f *FSM) applyWrites(ws *raftpb.GroupWrites) *ApplyResult {
 	res := &ApplyResult{Errs: make([]error, len(ws.GetWrites()))}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -515,5 +516,36 @@ func TestStoredGroupSnapshotEncoding(t *testing.T) {
 	}
 	if back := sg.decode(); !proto.Equal(back, rec) {
 		t.Fatalf("decoded %v, want %v", back, rec)
+	}
+}
+
+// The leader applies its own entries from the messages it encoded them
+// from; the state is the one decoding the entry gives (what followers do),
+// and the registration is gone once applied.
+func TestOwnEntriesApplyAsDecoded(t *testing.T) {
+	ws := &raftpb.GroupWrites{Writes: []*raftpb.GroupWrite{
+		writeOf("g", nil, groupRecord("g", 2, "m1", "m2")),
+		writeOf("g", &pb.WriteFence{Generation: 2, MemberId: "m1"}, offsetRecord("g", "t", 0, 7)),
+		writeOf("g", &pb.WriteFence{Generation: 1, MemberId: "m1"}, offsetRecord("g", "t", 1, 9)),
+	}}
+	data, err := encodeCommand(raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, decoded := NewFSM(catalog.New(), quiet), NewFSM(catalog.New(), quiet)
+	own.proposed(data, ws)
+	r1 := own.Apply(&raft.Log{Index: 1, Data: data}).(*ApplyResult)
+	r2 := decoded.Apply(&raft.Log{Index: 1, Data: slices.Clone(data)}).(*ApplyResult)
+	if own.Hash() != decoded.Hash() {
+		t.Fatal("own entry applied to another state than its decoding")
+	}
+	if len(r1.Errs) != 3 || r1.Errs[0] != nil || r1.Errs[1] != nil || !errors.Is(r1.Errs[2], coordinator.ErrStoreFenced) || !errors.Is(r2.Errs[2], coordinator.ErrStoreFenced) {
+		t.Fatalf("results %v and %v", r1.Errs, r2.Errs)
+	}
+	if _, ok := own.own.Load(unsafe.SliceData(data)); ok {
+		t.Fatal("applied entry still registered")
+	}
+	if rec, offs, _ := own.Load("g"); rec.GetGeneration() != 2 || len(offs) != 1 || offs[0].GetOffset() != 7 {
+		t.Fatalf("loaded %v %v", rec, offs)
 	}
 }
