@@ -101,7 +101,9 @@ type Rebalance struct {
 	Joined     []string // member ids new in this generation
 	Left       []string // member ids of the previous generation gone
 	Moved      []Move
-	Members    []MemberView
+	// The members themselves are not kept per generation: the view holds
+	// the current ones, and a history of 16 member lists per group would
+	// cost more than the members do.
 }
 
 // Duration is how long the rebalance took.
@@ -324,7 +326,7 @@ func (a *groupActor) publishView() {
 	var done *Rebalance
 	if t.rebalancing && (st == coordinator.Stable || st == coordinator.Empty) {
 		t.rebalancing = false
-		r := Rebalance{Generation: gen, State: st.String(), Cause: t.startCause, Started: t.started, Completed: now, Members: view.Members}
+		r := Rebalance{Generation: gen, State: st.String(), Cause: t.startCause, Started: t.started, Completed: now}
 		r.Joined, r.Left = diffMembers(t.last, view.Members)
 		r.Moved = moves(t.last, view.Members)
 		t.last = view.Members
