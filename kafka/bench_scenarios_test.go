@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,11 @@ const (
 	// commitConns x benchDepth requests in flight.
 	commitConns = 64
 )
+
+// formRuns numbers the formations of a test process: a server may see
+// several (-count runs a sub-benchmark again on the same server), and each
+// must form new groups, not join those of an earlier one.
+var formRuns atomic.Int64
 
 // benchCount is the env knob name's value, def without it, short under
 // -short.
@@ -157,9 +163,9 @@ func BenchmarkFormation(b *testing.B) {
 				defer fmt.Fprintln(s.stdin, "stop")
 			}
 			var took, cpu time.Duration
-			for i := range b.N {
+			for range b.N {
 				cpu0 := s.cpu()
-				ms, start := formGroups(b, s.addr, fmt.Sprintf("form%d", i), groups, formMembers, parallel)
+				ms, start := formGroups(b, s.addr, fmt.Sprintf("form%d", formRuns.Add(1)), groups, formMembers, parallel)
 				cpu += s.cpu() - cpu0
 				var last time.Time
 				for _, m := range ms {
@@ -199,8 +205,8 @@ func BenchmarkMemory(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			heap0 := s.ask("mem", "MEM")
 			rss0 := s.rss()
-			for i := range b.N {
-				formGroups(b, s.addr, fmt.Sprintf("mem%d", i), groups, memMembers, memParallel)
+			for range b.N {
+				formGroups(b, s.addr, fmt.Sprintf("mem%d", formRuns.Add(1)), groups, memMembers, memParallel)
 			}
 			// The members are idle now: let the server close the
 			// connections they joined through before measuring.
@@ -241,8 +247,8 @@ func BenchmarkJoinStorm(b *testing.B) {
 		createBenchTopic(b, s.addr)
 		b.Run(name, func(b *testing.B) {
 			var took time.Duration
-			for i := range b.N {
-				ms, start := formGroups(b, s.addr, fmt.Sprintf("storm%d", i), 1, members, 1)
+			for range b.N {
+				ms, start := formGroups(b, s.addr, fmt.Sprintf("storm%d", formRuns.Add(1)), 1, members, 1)
 				var last time.Time
 				for _, m := range ms {
 					if m.synced.After(last) {
