@@ -18,7 +18,7 @@ build:
 test: deps proto-check fmt-check vet staticcheck
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(GO) test -race -count=1 -tags seededbugs ./cmd/cohortd/
-	$(GO) test -short -run '^$$' -bench . -benchtime 1x -timeout 10m ./coordinator/ ./actors/ ./raftfsm/ ./assignor/
+	$(GO) test -short -run '^$$' -bench . -benchtime 1x -timeout 10m ./coordinator/ ./actors/ ./raftfsm/ ./assignor/ ./kafka/
 
 test-short:
 	$(GO) test -short -count=1 ./...

@@ -1,7 +1,9 @@
 package actors
 
 import (
+	"cmp"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -12,20 +14,25 @@ import (
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
-// timerFired is sent by a timer to its group actor. entry identifies the
-// arming (a timer re-armed or cancelled since has another entry or none).
-type timerFired struct {
-	key   coordinator.TimerKey
-	entry *timerEntry
-}
+// timerWake is sent by a group actor's one clock timer: some of the
+// group's deadlines may have passed. A wake that finds none due (a
+// deadline moved or cancelled since the timer was set, or a wake of an
+// earlier incarnation) only sets the timer again.
+type timerWake struct{}
 
-// timerEntry is one armed timer. Re-arming it later (every heartbeat) only
-// moves deadline; the underlying timer keeps its fire time and, when it fires
-// early, is re-armed for the rest. Re-arming it earlier resets the timer.
-type timerEntry struct {
-	timer    Timer
-	deadline time.Time
-	fireAt   time.Time
+// wakeMsg is the one wake message every group sends itself.
+var wakeMsg = &timerWake{}
+
+// groupTimers are a group's armed timers: a deadline per key, and one clock
+// timer set for the earliest deadline it knew of when set. Re-arming a key
+// later (every heartbeat) only moves its deadline; re-arming it earlier
+// than the clock timer resets that. A member costs a map entry, not a
+// timer of its own.
+type groupTimers struct {
+	deadlines map[coordinator.TimerKey]time.Time
+	wake      Timer
+	wakeAt    time.Time // when wake fires; zero: not set
+	firing    bool      // onWake is running: it sets the timer when done
 }
 
 // persisted reports the completion of a write.
@@ -54,7 +61,7 @@ type groupActor struct {
 	term     uint64 // the router's activation this actor serves
 	g        *coordinator.Group
 	fx       coordinator.Effects
-	timers   map[coordinator.TimerKey]*timerEntry
+	timers   groupTimers
 	behavior actor.Behavior
 	self     *actor.PID
 	summary  groupSummary
@@ -63,7 +70,7 @@ type groupActor struct {
 
 func newGroupActor(id string, e *env, term uint64) actor.Producer {
 	return func() actor.Actor {
-		a := &groupActor{id: id, env: e, term: term, timers: map[coordinator.TimerKey]*timerEntry{}}
+		a := &groupActor{id: id, env: e, term: term, timers: groupTimers{deadlines: map[coordinator.TimerKey]time.Time{}}}
 		a.behavior = actor.NewBehavior()
 		a.behavior.Become(a.active)
 		return a
@@ -84,8 +91,8 @@ func (a *groupActor) active(ctx actor.Context) {
 		a.onRequest(ctx, m.req, m.reply)
 	case groupRequest:
 		a.onRequest(ctx, m, ctx.Sender())
-	case *timerFired:
-		a.onTimer(ctx, m)
+	case *timerWake:
+		a.onWake(ctx)
 	case *persisted:
 		if m.incarnation == a {
 			a.g.OnPersisted(a.env.clock.Now(), m.token, m.err, &a.fx)
@@ -142,7 +149,7 @@ func (a *groupActor) dead(ctx actor.Context) {
 	switch ctx.Message().(type) {
 	case *actor.Restarting, *actor.Stopping:
 		a.stopTimers()
-	case *timerFired, *persisted, actor.SystemMessage, actor.AutoReceiveMessage:
+	case *timerWake, *persisted, actor.SystemMessage, actor.AutoReceiveMessage:
 	default:
 		ctx.Forward(ctx.Parent())
 	}
@@ -170,27 +177,72 @@ func (a *groupActor) onStarted(ctx actor.Context) {
 	a.execute(ctx)
 }
 
-func (a *groupActor) onTimer(ctx actor.Context, m *timerFired) {
-	e := a.timers[m.key]
-	if e != m.entry || a.env.serving.Load() != a.term {
-		return // cancelled, from an earlier incarnation, or the term is over
-	}
-	now := a.env.clock.Now()
-	if now.Before(e.deadline) {
-		// Re-armed later since the timer was set: wait for the rest.
-		e.fireAt = e.deadline
-		e.timer.Reset(e.deadline.Sub(now))
+// onWake fires every timer whose deadline has passed, earliest first (ties
+// in key order), then sets the clock timer for the earliest left. Once the
+// activation this actor serves is over, nothing fires.
+func (a *groupActor) onWake(ctx actor.Context) {
+	if a.env.serving.Load() != a.term {
 		return
 	}
-	delete(a.timers, m.key)
-	switch m.key.Kind {
-	case coordinator.TimerMember, coordinator.TimerSync:
-		a.track.cause = CauseExpiry
-	case coordinator.TimerOffsetExpiry:
-		a.track.cause = causeRetention
+	t := &a.timers
+	t.wakeAt = time.Time{}
+	now := a.env.clock.Now()
+	type due struct {
+		key      coordinator.TimerKey
+		deadline time.Time
 	}
-	a.g.OnTimer(now, m.key, &a.fx)
-	a.execute(ctx)
+	var fire []due
+	for k, d := range t.deadlines {
+		if !now.Before(d) {
+			fire = append(fire, due{k, d})
+		}
+	}
+	slices.SortFunc(fire, func(x, y due) int {
+		return cmp.Or(x.deadline.Compare(y.deadline), cmp.Compare(x.key.Kind, y.key.Kind), cmp.Compare(x.key.Member, y.key.Member))
+	})
+	t.firing = true
+	for _, f := range fire {
+		// An earlier fire in this wake may have re-armed or cancelled it.
+		if d, ok := t.deadlines[f.key]; !ok || now.Before(d) {
+			continue
+		}
+		delete(t.deadlines, f.key)
+		switch f.key.Kind {
+		case coordinator.TimerMember, coordinator.TimerSync:
+			a.track.cause = CauseExpiry
+		case coordinator.TimerOffsetExpiry:
+			a.track.cause = causeRetention
+		}
+		a.g.OnTimer(now, f.key, &a.fx)
+		a.execute(ctx)
+	}
+	t.firing = false
+	var next time.Time
+	for _, d := range t.deadlines {
+		if next.IsZero() || d.Before(next) {
+			next = d
+		}
+	}
+	if !next.IsZero() {
+		a.armWake(next)
+	}
+}
+
+// armWake sets the clock timer to fire at the deadline (earlier than it is
+// set for, or not set).
+func (a *groupActor) armWake(at time.Time) {
+	t := &a.timers
+	if !t.wakeAt.IsZero() && !at.Before(t.wakeAt) {
+		return
+	}
+	t.wakeAt = at
+	after := at.Sub(a.env.clock.Now())
+	if t.wake == nil {
+		self, root := a.self, a.env.system.Root
+		t.wake = a.env.clock.AfterFunc(after, func() { root.Send(self, wakeMsg) })
+		return
+	}
+	t.wake.Reset(after)
 }
 
 // deliver sends an answer to a PID or a local call's reply channel.
@@ -252,28 +304,17 @@ func (a *groupActor) persist(p coordinator.Persist) {
 }
 
 func (a *groupActor) setTimer(op coordinator.TimerOp) {
-	e := a.timers[op.Key]
+	t := &a.timers
 	if op.Cancel {
-		if e != nil {
-			e.timer.Stop()
-			delete(a.timers, op.Key)
-		}
+		// The clock timer stays set: its wake finds nothing due.
+		delete(t.deadlines, op.Key)
 		return
 	}
 	deadline := a.env.clock.Now().Add(op.After)
-	if e != nil {
-		e.deadline = deadline
-		if deadline.Before(e.fireAt) {
-			e.fireAt = deadline
-			e.timer.Reset(op.After)
-		}
-		return
+	t.deadlines[op.Key] = deadline
+	if !t.firing {
+		a.armWake(deadline)
 	}
-	e = &timerEntry{deadline: deadline, fireAt: deadline}
-	key, self, root := op.Key, a.self, a.env.system.Root
-	msg := &timerFired{key: key, entry: e}
-	e.timer = a.env.clock.AfterFunc(op.After, func() { root.Send(self, msg) })
-	a.timers[op.Key] = e
 }
 
 // onStopping unloads the group (the node stopped coordinating): parked
@@ -293,10 +334,12 @@ func (a *groupActor) onStopping(ctx actor.Context) {
 }
 
 func (a *groupActor) stopTimers() {
-	for k, e := range a.timers {
-		e.timer.Stop()
-		delete(a.timers, k)
+	t := &a.timers
+	if t.wake != nil {
+		t.wake.Stop()
 	}
+	t.wakeAt = time.Time{}
+	clear(t.deadlines)
 }
 
 func (a *groupActor) publishSummary(ctx actor.Context) {

@@ -64,9 +64,31 @@ type MemberView struct {
 	InstanceID string
 	ClientID   string
 	ClientHost string
-	// Assignment is the decoded consumer-protocol assignment, topic to
-	// partitions; nil for other protocols.
-	Assignment map[string][]int32
+	// assignment is the member's consumer-protocol assignment as the
+	// coordinator holds it (shared, never changed in place); nil for other
+	// protocols. A view of every member of every group is kept, so it is
+	// decoded only when asked for.
+	assignment []byte
+}
+
+// Assignment is the decoded consumer-protocol assignment, topic to sorted
+// partitions; nil for other protocols or an assignment that does not
+// decode.
+func (m MemberView) Assignment() map[string][]int32 {
+	if len(m.assignment) == 0 {
+		return nil
+	}
+	as, err := assignor.DecodeAssignment(m.assignment)
+	if err != nil {
+		return nil
+	}
+	out := map[string][]int32{}
+	for _, tp := range as.Topics {
+		ps := append(out[tp.Topic], tp.Partitions...)
+		slices.Sort(ps)
+		out[tp.Topic] = ps
+	}
+	return out
 }
 
 // Rebalance is one completed rebalance: the generation it formed.
@@ -79,7 +101,9 @@ type Rebalance struct {
 	Joined     []string // member ids new in this generation
 	Left       []string // member ids of the previous generation gone
 	Moved      []Move
-	Members    []MemberView
+	// The members themselves are not kept per generation: the view holds
+	// the current ones, and a history of 16 member lists per group would
+	// cost more than the members do.
 }
 
 // Duration is how long the rebalance took.
@@ -302,7 +326,7 @@ func (a *groupActor) publishView() {
 	var done *Rebalance
 	if t.rebalancing && (st == coordinator.Stable || st == coordinator.Empty) {
 		t.rebalancing = false
-		r := Rebalance{Generation: gen, State: st.String(), Cause: t.startCause, Started: t.started, Completed: now, Members: view.Members}
+		r := Rebalance{Generation: gen, State: st.String(), Cause: t.startCause, Started: t.started, Completed: now}
 		r.Joined, r.Left = diffMembers(t.last, view.Members)
 		r.Moved = moves(t.last, view.Members)
 		t.last = view.Members
@@ -335,14 +359,7 @@ func membersOf(d *pb.DescribeGroupResponse) []MemberView {
 	for _, m := range d.GetMembers() {
 		mv := MemberView{MemberID: m.GetMemberId(), InstanceID: m.GetGroupInstanceId(), ClientID: m.GetClientId(), ClientHost: m.GetClientHost()}
 		if d.GetProtocolType() == "consumer" && len(m.GetAssignment()) > 0 {
-			if as, err := assignor.DecodeAssignment(m.GetAssignment()); err == nil {
-				mv.Assignment = map[string][]int32{}
-				for _, tp := range as.Topics {
-					ps := append(mv.Assignment[tp.Topic], tp.Partitions...)
-					slices.Sort(ps)
-					mv.Assignment[tp.Topic] = ps
-				}
-			}
+			mv.assignment = m.GetAssignment()
 		}
 		out = append(out, mv)
 	}
@@ -380,7 +397,7 @@ type topicPartition struct {
 func owners(ms []MemberView) map[topicPartition]string {
 	out := map[topicPartition]string{}
 	for _, m := range ms {
-		for t, ps := range m.Assignment {
+		for t, ps := range m.Assignment() {
 			for _, p := range ps {
 				out[topicPartition{t, p}] = m.MemberID
 			}

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cohort-coord/cohort/assignor"
 	"github.com/cohort-coord/cohort/coordinator"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/raftfsm"
@@ -101,12 +103,12 @@ cohort_group_members 1
 
 func TestMovesAndMembershipDiff(t *testing.T) {
 	prev := []MemberView{
-		{MemberID: "a", Assignment: map[string][]int32{"t": {0, 1}}},
-		{MemberID: "b", Assignment: map[string][]int32{"t": {2}}},
+		{MemberID: "a", assignment: encodeAssignment(t, "t", 0, 1)},
+		{MemberID: "b", assignment: encodeAssignment(t, "t", 2)},
 	}
 	cur := []MemberView{
-		{MemberID: "a", Assignment: map[string][]int32{"t": {0}}},
-		{MemberID: "c", Assignment: map[string][]int32{"t": {1, 2}}},
+		{MemberID: "a", assignment: encodeAssignment(t, "t", 0)},
+		{MemberID: "c", assignment: encodeAssignment(t, "t", 2, 1)},
 	}
 	joined, left := diffMembers(prev, cur)
 	if len(joined) != 1 || joined[0] != "c" || len(left) != 1 || left[0] != "b" {
@@ -141,4 +143,23 @@ func TestLoadingCountsStoredGroups(t *testing.T) {
 			t.Fatalf("%d groups listed, %d loading", len(l.Groups), svc.Loading())
 		}
 	})
+}
+
+func encodeAssignment(t *testing.T, topic string, partitions ...int32) []byte {
+	t.Helper()
+	a := assignor.Assignment{Topics: []assignor.TopicPartitions{{Topic: topic, Partitions: partitions}}}
+	return a.AppendTo(nil)
+}
+
+func TestMemberViewAssignment(t *testing.T) {
+	m := MemberView{MemberID: "a", assignment: encodeAssignment(t, "t", 2, 0, 1)}
+	if got := m.Assignment(); len(got) != 1 || fmt.Sprint(got["t"]) != "[0 1 2]" {
+		t.Fatalf("assignment %v, want t: [0 1 2]", got)
+	}
+	if got := (MemberView{MemberID: "b", assignment: []byte{0xff}}).Assignment(); got != nil {
+		t.Fatalf("undecodable assignment gave %v, want nil", got)
+	}
+	if got := (MemberView{MemberID: "c"}).Assignment(); got != nil {
+		t.Fatalf("no assignment gave %v, want nil", got)
+	}
 }

@@ -121,16 +121,26 @@ type Event struct {
 	Detail     string
 }
 
-// Reset empties e, keeping its capacity.
+// keepEffects is the capacity Reset keeps. Every group has its own
+// Effects, so the slices a rebalance of many members grew are dropped
+// rather than kept for the life of the group.
+const keepEffects = 8
+
+// Reset empties e, keeping its capacity up to keepEffects.
 func (e *Effects) Reset() {
-	clear(e.Replies)
-	e.Replies = e.Replies[:0]
-	e.Timers = e.Timers[:0]
-	clear(e.Persists)
-	e.Persists = e.Persists[:0]
+	e.Replies = resetSlice(e.Replies)
+	e.Timers = resetSlice(e.Timers)
+	e.Persists = resetSlice(e.Persists)
 	e.Gone = false
-	clear(e.Events)
-	e.Events = e.Events[:0]
+	e.Events = resetSlice(e.Events)
+}
+
+func resetSlice[T any](s []T) []T {
+	if cap(s) > keepEffects {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }
 
 func (e *Effects) reply(to ReplyTo, msg proto.Message) {

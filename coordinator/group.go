@@ -47,18 +47,20 @@ type member struct {
 	protocols        []*pb.Protocol
 	assignment       []byte
 
-	joinReply   ReplyTo // parked JoinGroup, nil when not awaiting join
-	joinVersion int32
-	syncReply   ReplyTo // parked SyncGroup, nil when not awaiting sync
-	isNew       bool
+	joinReply ReplyTo // parked JoinGroup, nil when not awaiting join
+	syncReply ReplyTo // parked SyncGroup, nil when not awaiting sync
 
 	// Ownership guard (guard.go): the generation in which the member was
 	// sent its SyncGroup answer, the assignment it was answered (nil: none
 	// since it joined or the group was loaded) and the generation in which
 	// partitions withheld from others wait for its release (0: none).
-	syncedGen int32
 	answered  []byte
+	syncedGen int32
 	blocksGen int32
+
+	// The small fields last, packed: every member of every group has them.
+	joinVersion int32
+	isNew       bool
 }
 
 func (m *member) metadata(protocol string) []byte {
@@ -401,6 +403,9 @@ func (g *Group) removePendingSync(id string, fx *Effects) {
 		return
 	}
 	delete(g.pendSync, id)
+	if len(g.pendSync) == 0 {
+		g.pendSync = map[string]struct{}{} // a map keeps its size: drop it
+	}
 	if len(g.pendSync) == 0 && g.syncArmed {
 		g.syncArmed = false
 		if fx != nil {

@@ -196,9 +196,32 @@ func newMember(req *pb.JoinGroupRequest, id string, session, rebalance time.Dura
 		clientHost:       req.GetClientHost(),
 		rebalanceTimeout: rebalance,
 		sessionTimeout:   session,
-		protocols:        req.GetProtocols(),
+		protocols:        ownProtocols(req.GetProtocols()),
 		isNew:            true,
 	}
+}
+
+// ownProtocols copies a request's protocols into one allocation for their
+// metadata, so that a member, which keeps them as long as it lives, does
+// not keep the buffer of the request they were decoded from.
+func ownProtocols(ps []*pb.Protocol) []*pb.Protocol {
+	n := 0
+	for _, p := range ps {
+		n += len(p.GetMetadata())
+	}
+	buf := make([]byte, 0, n)
+	vals := make([]pb.Protocol, len(ps))
+	out := make([]*pb.Protocol, len(ps))
+	for i, p := range ps {
+		start := len(buf)
+		buf = append(buf, p.GetMetadata()...)
+		vals[i].Name = p.GetName()
+		if p.GetMetadata() != nil {
+			vals[i].Metadata = buf[start:len(buf):len(buf)]
+		}
+		out[i] = &vals[i]
+	}
+	return out
 }
 
 // addAndRebalance is Kafka's addMemberAndRebalance.
@@ -225,7 +248,7 @@ func (g *Group) updateMember(m *member, req *pb.JoinGroupRequest, session, rebal
 	if m.joinReply != nil && m.joinReply != to {
 		fx.reply(m.joinReply, joinError(m.id, ErrNotCoordinator))
 	}
-	g.setProtocols(m, req.GetProtocols())
+	g.setProtocols(m, ownProtocols(req.GetProtocols()))
 	m.sessionTimeout, m.rebalanceTimeout = session, rebalance
 	m.clientID, m.clientHost = req.GetClientId(), req.GetClientHost()
 	g.setJoinReply(m, to, req.GetApiVersion())
@@ -254,7 +277,7 @@ func (g *Group) prepareRebalance(now time.Time, fx *Effects) {
 			}
 		}
 	}
-	clear(g.pendSync)
+	g.pendSync = map[string]struct{}{} // not clear: a map keeps its size
 	if g.syncArmed {
 		g.syncArmed = false
 		fx.cancel(TimerSync, "")
@@ -337,7 +360,7 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 	}
 	g.generation = max(g.generation, g.floor) + 1
 	g.floor = g.generation
-	clear(g.pendSync)
+	g.pendSync = map[string]struct{}{} // not clear: a map keeps its size
 	if len(g.members) == 0 {
 		g.protocolName = nil
 		g.subscribed, g.subscribedKnown = nil, false

@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,8 +43,6 @@ import (
 // members are sent round-robin over benchConns connections with
 // benchDepth requests in flight on each.
 
-var benchGroups = envInt("COHORT_BENCH_GROUPS", 10000)
-
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -60,11 +60,16 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("COHORT_BENCH_SERVER") != "" && os.Getenv("COHORT_BENCH_MEMRATE1") != "" {
+		runtime.MemProfileRate = 1
+	}
 	switch os.Getenv("COHORT_BENCH_SERVER") {
 	case "cohort":
 		os.Exit(serveCohort(false))
 	case "cohort-nometrics":
 		os.Exit(serveCohort(true))
+	case "cohort-node":
+		os.Exit(serveClusterNode())
 	case "kfake":
 		os.Exit(serveKfake())
 	}
@@ -97,7 +102,7 @@ func serveCohort(metricsOff bool) int {
 		return 1
 	}
 	fmt.Println("ADDR", n.KafkaAddr())
-	serveCommands()
+	serveCommands(nil)
 	n.Close()
 	return 0
 }
@@ -106,7 +111,10 @@ func serveCohort(metricsOff bool) int {
 // "profile <path>" starts a CPU profile and writes a heap profile (with
 // allocations so far) to <path>.heap0, "stop" ends the CPU profile and
 // writes <path>.heap1; pprof -diff_base shows what a phase allocated.
-func serveCommands() {
+// "mem" collects garbage, returns freed memory to the system and answers
+// the Go heap in use, so that the parent reads a resident size without
+// garbage in it. Commands extra knows (it returns true) are its own.
+func serveCommands(extra func(cmd, arg string) bool) {
 	var prof *os.File
 	heap := func(path string) {
 		runtime.GC() // the allocs profile is as of the last collection
@@ -142,6 +150,17 @@ func serveCommands() {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			fmt.Println("ALLOCS", ms.Mallocs)
+		case "heap":
+			heap(arg)
+		case "mem":
+			debug.FreeOSMemory() // runs a collection first
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Println("MEM", ms.HeapInuse)
+		default:
+			if extra == nil || !extra(cmd, arg) {
+				fmt.Println("ERR unknown command", cmd)
+			}
 		}
 	}
 }
@@ -153,38 +172,52 @@ func serveKfake() int {
 		return 1
 	}
 	fmt.Println("ADDR", c.ListenAddrs()[0])
-	serveCommands()
+	serveCommands(nil)
 	c.Close()
 	return 0
 }
 
+// benchServer is a server under test: one child process, or the leader
+// of a cluster of them (peers are the other nodes; CPU time and allocations
+// are summed over all of them).
 type benchServer struct {
 	name   string
 	addr   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stdout *bufio.Reader
+	peers  []*benchServer
 }
 
-// allocs returns the number of heap allocations the server made so far.
-func (s *benchServer) allocs() uint64 {
-	fmt.Fprintln(s.stdin, "allocs")
+// ask sends a command to this process and returns the number its answer
+// carries after prefix.
+func (s *benchServer) ask(cmd, prefix string) uint64 {
+	fmt.Fprintln(s.stdin, cmd)
 	line, err := s.stdout.ReadString('\n')
 	if err != nil {
 		return 0
 	}
-	n, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "ALLOCS ")), 10, 64)
+	n, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, prefix+" ")), 10, 64)
 	return n
 }
 
-func startBenchServer(b *testing.B, name string) *benchServer {
+// allocs returns the number of heap allocations the server made so far.
+func (s *benchServer) allocs() uint64 {
+	n := s.ask("allocs", "ALLOCS")
+	for _, p := range s.peers {
+		n += p.allocs()
+	}
+	return n
+}
+
+func startBenchServer(b *testing.B, name string, env ...string) *benchServer {
 	b.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), "COHORT_BENCH_SERVER="+name)
+	cmd.Env = append(append(os.Environ(), "COHORT_BENCH_SERVER="+name), env...)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -201,6 +234,9 @@ func startBenchServer(b *testing.B, name string) *benchServer {
 }
 
 func (s *benchServer) stop() {
+	for _, p := range s.peers {
+		p.stop()
+	}
 	s.stdin.Close()
 	done := make(chan struct{})
 	go func() { s.cmd.Wait(); close(done) }()
@@ -212,32 +248,40 @@ func (s *benchServer) stop() {
 	}
 }
 
-// cpu returns the server's user+system CPU time.
+// cpu returns the server's user+system CPU time (of every node).
 func (s *benchServer) cpu() time.Duration {
+	var sum time.Duration
+	for _, p := range s.peers {
+		sum += p.cpu()
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
 	if err != nil {
-		return 0
+		return sum
 	}
 	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100) // USER_HZ
+	return sum + time.Duration(utime+stime)*(time.Second/100) // USER_HZ
 }
 
 // syscalls returns the server's read and write system call counts.
 func (s *benchServer) syscalls() (reads, writes int64) {
+	for _, p := range s.peers {
+		r, w := p.syscalls()
+		reads, writes = reads+r, writes+w
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", s.cmd.Process.Pid))
 	if err != nil {
-		return 0, 0
+		return reads, writes
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, _ := strings.Cut(line, ": ")
 		n, _ := strconv.ParseInt(v, 10, 64)
 		switch k {
 		case "syscr":
-			reads = n
+			reads += n
 		case "syscw":
-			writes = n
+			writes += n
 		}
 	}
 	return reads, writes
@@ -337,9 +381,16 @@ type member struct {
 	group, id string
 	gen       int32
 	partition int32
+	// synced is when the member's SyncGroup of its final generation was
+	// answered.
+	synced time.Time
 }
 
-// joinGroup brings benchMembers members into group through conns (one per
+// joinPoll is how long a synced member waits between heartbeats while it
+// waits for the rest of its group to sync in the same generation.
+const joinPoll = 10 * time.Millisecond
+
+// joinGroup brings len(conns) members into group through conns (one per
 // member, so a parked JoinGroup never blocks another member). Each member
 // behaves like a client: join, sync (the leader assigns one partition per
 // member), then heartbeat until all are stable in one generation, re-joining
@@ -416,7 +467,7 @@ func joinGroup(conns []*pconn, group string) ([]member, error) {
 				}
 				mu.Lock()
 				synced[i] = jr.Generation
-				out[i] = member{group: group, id: id, gen: jr.Generation, partition: a.Topics[0].Partitions[0]}
+				out[i] = member{group: group, id: id, gen: jr.Generation, partition: a.Topics[0].Partitions[0], synced: time.Now()}
 				mu.Unlock()
 				for !done.Load() {
 					h := kmsg.NewPtrHeartbeatRequest()
@@ -440,7 +491,7 @@ func joinGroup(conns []*pconn, group string) ([]member, error) {
 						done.Store(true)
 						return
 					}
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(joinPoll)
 				}
 			}
 		}()
@@ -459,13 +510,27 @@ func joinGroup(conns []*pconn, group string) ([]member, error) {
 
 func joinAll(b *testing.B, addr string) []member {
 	b.Helper()
+	groups := benchCount("COHORT_BENCH_GROUPS", 10000, 20)
 	start := time.Now()
+	all, _ := formGroups(b, addr, "bench", groups, benchMembers, setupParallel)
+	b.Logf("joined %d members in %d groups in %v", len(all), groups, time.Since(start).Round(time.Millisecond))
+	return all
+}
+
+// formGroups forms groups groups of members members each, parallel groups
+// at a time (each worker has a connection per member and forms one group
+// after another), and returns every member, groups in order, and when the
+// first JoinGroup was sent (the connections are dialed before).
+func formGroups(b *testing.B, addr, prefix string, groups, members, parallel int) ([]member, time.Time) {
+	b.Helper()
 	jobs := make(chan int)
-	results := make([][]member, benchGroups)
+	results := make([][]member, groups)
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
-	for range setupParallel {
-		conns := make([]*pconn, benchMembers)
+	parallel = min(parallel, groups)
+	workers := make([][]*pconn, parallel)
+	for w := range workers {
+		conns := make([]*pconn, members)
 		for i := range conns {
 			c, err := dialP(addr)
 			if err != nil {
@@ -473,6 +538,9 @@ func joinAll(b *testing.B, addr string) []member {
 			}
 			conns[i] = c
 		}
+		workers[w] = conns
+	}
+	for _, conns := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -482,7 +550,7 @@ func joinAll(b *testing.B, addr string) []member {
 				}
 			}()
 			for g := range jobs {
-				ms, err := joinGroup(conns, fmt.Sprintf("bench-%05d", g))
+				ms, err := joinGroup(conns, fmt.Sprintf("%s-%05d", prefix, g))
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					continue
@@ -491,7 +559,8 @@ func joinAll(b *testing.B, addr string) []member {
 			}
 		}()
 	}
-	for g := range benchGroups {
+	start := time.Now()
+	for g := range groups {
 		jobs <- g
 	}
 	close(jobs)
@@ -503,8 +572,7 @@ func joinAll(b *testing.B, addr string) []member {
 	for _, ms := range results {
 		all = append(all, ms...)
 	}
-	b.Logf("joined %d members in %d groups in %v", len(all), benchGroups, time.Since(start).Round(time.Millisecond))
-	return all
+	return all, start
 }
 
 func createBenchTopic(b *testing.B, addr string) {
@@ -534,7 +602,13 @@ func createBenchTopic(b *testing.B, addr string) {
 // last write, as a pipelining client with a fixed window does. Both servers
 // get exactly the same load.
 func load(b *testing.B, s *benchServer, phase string, ms []member, mk func(m member) kmsg.Request, ok func(kmsg.Response) bool) {
-	conns := make([]net.Conn, benchConns)
+	loadConns(b, s, phase, benchConns, ms, mk, ok)
+}
+
+// loadConns is load over nconns connections (benchDepth requests in flight
+// on each); it also reports the answers' latency (p50, p99).
+func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []member, mk func(m member) kmsg.Request, ok func(kmsg.Response) bool) {
+	conns := make([]net.Conn, nconns)
 	for i := range conns {
 		c, err := net.Dial("tcp", s.addr)
 		if err != nil {
@@ -547,11 +621,12 @@ func load(b *testing.B, s *benchServer, phase string, ms []member, mk func(m mem
 			c.Close()
 		}
 	}()
-	if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && s.name == "cohort" {
+	if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && strings.HasPrefix(s.name, "cohort") {
 		fmt.Fprintf(s.stdin, "profile %s.%s\n", prefix, phase)
 		defer fmt.Fprintln(s.stdin, "stop")
 	}
 	var next, bad atomic.Int64
+	var firstBad atomic.Value
 	take := func() (kmsg.Request, bool) {
 		n := next.Add(1) - 1
 		if n >= int64(b.N) {
@@ -564,15 +639,19 @@ func load(b *testing.B, s *benchServer, phase string, ms []member, mk func(m mem
 	r0, w0 := s.syscalls()
 	cpu0, t0 := s.cpu(), time.Now()
 	errs := make([]error, len(conns))
+	lats := make([][]time.Duration, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = window(c, benchDepth, take, func(r kmsg.Response) {
+			errs[i] = window(c, benchDepth, take, func(r kmsg.Response, lat time.Duration) {
 				if !ok(r) {
-					bad.Add(1)
+					if bad.Add(1) == 1 {
+						firstBad.Store(r)
+					}
 				}
+				lats[i] = append(lats[i], lat)
 			})
 		}()
 	}
@@ -585,21 +664,34 @@ func load(b *testing.B, s *benchServer, phase string, ms []member, mk func(m mem
 		b.Fatal(err)
 	}
 	if bad.Load() > 0 {
-		b.Fatalf("%d of %d answers carried an error", bad.Load(), b.N)
+		b.Fatalf("%d of %d answers carried an error, the first: %+v", bad.Load(), b.N, firstBad.Load())
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-cpu-µs/req")
 	b.ReportMetric(float64(a1-a0)/float64(b.N), "server-allocs/req")
 	b.ReportMetric(float64(r1-r0)/float64(b.N), "server-reads/req")
 	b.ReportMetric(float64(w1-w0)/float64(b.N), "server-writes/req")
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds())/1000, "p99-ms")
+	}
 }
 
 // window runs a closed loop of requests from take over nc with depth in
 // flight, handing every decoded answer to check, until take has no more and
 // every request sent was answered.
-func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func(kmsg.Response)) error {
+func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func(kmsg.Response, time.Duration)) error {
+	type sentReq struct {
+		req kmsg.Request
+		at  time.Time
+	}
 	credits := make(chan struct{}, depth)
-	sent := make(chan kmsg.Request, depth)
+	sent := make(chan sentReq, depth)
 	for range depth {
 		credits <- struct{}{}
 	}
@@ -607,7 +699,8 @@ func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func
 	go func() {
 		br := bufio.NewReaderSize(nc, 64<<10)
 		var frame []byte
-		for req := range sent {
+		for sr := range sent {
+			req := sr.req
 			var size [4]byte
 			if _, err := io.ReadFull(br, size[:]); err != nil {
 				readErr <- err
@@ -632,7 +725,7 @@ func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func
 				readErr <- err
 				return
 			}
-			check(resp)
+			check(resp, time.Since(sr.at))
 			credits <- struct{}{}
 		}
 		readErr <- nil
@@ -640,6 +733,7 @@ func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func
 	fm := kmsg.NewRequestFormatter(kmsg.FormatterClientID("bench"))
 	var buf []byte
 	var corr int32
+	var pending []kmsg.Request
 	err := func() error {
 		defer close(sent)
 		for more := true; more; {
@@ -659,13 +753,18 @@ func window(nc net.Conn, depth int, take func() (kmsg.Request, bool), check func
 				// AppendRequest writes the frame length at the start of
 				// the slice it is given, so give it the free tail only.
 				buf = append(buf, fm.AppendRequest(buf[len(buf):], req, corr)...)
-				sent <- req
+				pending = append(pending, req)
 				if len(credits) == 0 { // this loop is the only taker
 					break
 				}
 				<-credits
 			}
 			if len(buf) > 0 {
+				at := time.Now()
+				for _, req := range pending {
+					sent <- sentReq{req, at}
+				}
+				pending = pending[:0]
 				if _, err := nc.Write(buf); err != nil {
 					return err
 				}

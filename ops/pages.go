@@ -72,7 +72,7 @@ func (p *pages) group(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	d := groupData{Group: g, Timeline: newTimeline(g.History), Now: now}
 	for _, m := range g.Members {
-		d.Members = append(d.Members, memberRow{MemberView: m, Assignment: formatAssignment(m.Assignment)})
+		d.Members = append(d.Members, memberRow{MemberView: m, Assignment: formatAssignment(m.Assignment())})
 	}
 	for i := len(g.History) - 1; i >= 0; i-- {
 		h := g.History[i]

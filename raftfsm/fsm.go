@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -62,6 +63,12 @@ type FSM struct {
 	// halt is set once, on the apply goroutine; halted is closed then.
 	halt   atomic.Pointer[error]
 	halted chan struct{}
+	// own holds the group writes this node proposed, by the address of
+	// their entry's bytes, until the entry is applied or fails: the leader
+	// applies the entries it wrote from the messages it encoded them from
+	// instead of decoding its own bytes again (hashicorp/raft hands the
+	// leader's FSM the very Log it was given).
+	own sync.Map // *byte -> *raftpb.GroupWrites
 }
 
 // NewFSM returns an empty FSM that applies topic commands to cat.
@@ -87,6 +94,11 @@ var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResul
 func (f *FSM) Apply(l *raft.Log) any {
 	if err := f.halt.Load(); err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: entry %d not applied: %w", ErrBadCommand, l.Index, *err)}
+	}
+	if len(l.Data) > 0 {
+		if ws, ok := f.own.LoadAndDelete(unsafe.SliceData(l.Data)); ok {
+			return f.applyWrites(ws.(*raftpb.GroupWrites))
+		}
 	}
 	var env raftpb.Envelope
 	if err := proto.Unmarshal(l.Data, &env); err != nil {
@@ -122,11 +134,24 @@ func (f *FSM) HaltErr() error {
 	return nil
 }
 
+// proposed registers the writes an entry of this node holds (data is the
+// entry's bytes, as given to raft.Apply); forget undoes it once the entry
+// is applied or failed.
+func (f *FSM) proposed(data []byte, ws *raftpb.GroupWrites) {
+	f.own.Store(unsafe.SliceData(data), ws)
+}
+
+func (f *FSM) forget(data []byte) { f.own.Delete(unsafe.SliceData(data)) }
+
 func (f *FSM) applyGroupWrites(payload []byte) *ApplyResult {
 	var ws raftpb.GroupWrites
 	if err := proto.Unmarshal(payload, &ws); err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
 	}
+	return f.applyWrites(&ws)
+}
+
+func (f *FSM) applyWrites(ws *raftpb.GroupWrites) *ApplyResult {
 	res := &ApplyResult{Errs: make([]error, len(ws.GetWrites()))}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -223,20 +248,20 @@ func (f *FSM) Groups() ([]string, error) {
 // order (nodes, topics, security, then groups), without encoding them. Applied
 // records are never changed in place (an apply replaces the pointer), so the
 // records stay as captured after the lock is released. Caller holds f.mu.
-func (f *FSM) capture() []*raftpb.SnapshotRecord {
-	var out []*raftpb.SnapshotRecord
+func (f *FSM) capture() []snapRecord {
+	var out []snapRecord
 	for _, n := range f.sortedNodes() {
-		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}})
+		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}}})
 	}
 	for _, t := range f.catalog.Snapshot() {
 		tc := &raftpb.TopicCreate{Name: t.Name, Id: t.ID[:], Partitions: t.Partitions}
-		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Topic{Topic: tc}})
+		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Topic{Topic: tc}}})
 	}
 	out = f.captureSecurity(out)
 	return f.state.capture(out)
 }
 
-func encodeRecords(w io.Writer, recs []*raftpb.SnapshotRecord) error {
+func encodeRecords(w io.Writer, recs []snapRecord) error {
 	for _, r := range recs {
 		if err := writeRecord(w, r); err != nil {
 			return err
@@ -296,7 +321,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			copy(t.ID[:], k.Topic.GetId())
 			topics = append(topics, t)
 		case *raftpb.SnapshotRecord_Group:
-			state.entry(k.Group.GetGroupId()).rec = k.Group
+			state.entry(k.Group.GetGroupId()).rec = newStoredGroup(k.Group)
 		case *raftpb.SnapshotRecord_Offset:
 			o := k.Offset
 			state.entry(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = o
@@ -334,7 +359,7 @@ func readRecord(r *bufio.Reader, rec *raftpb.SnapshotRecord) error {
 	return proto.Unmarshal(body, rec)
 }
 
-type snapshot struct{ recs []*raftpb.SnapshotRecord }
+type snapshot struct{ recs []snapRecord }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 	w := bufio.NewWriterSize(sink, 64<<10)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -490,5 +491,61 @@ func TestStoreError(t *testing.T) {
 		if got := storeError(tc.err); !errors.Is(got, tc.want) {
 			t.Errorf("storeError(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// A stored group record is written to snapshots as the bytes encoding the
+// SnapshotRecord that holds it would give, so hashes and snapshots match
+// those of a state that keeps decoded records.
+func TestStoredGroupSnapshotEncoding(t *testing.T) {
+	rec := groupRecord("g", 3, "m2", "m1", "").GetGroup()
+	rec.Members = append(rec.Members, &pb.MemberRecord{MemberId: strings.Repeat("x", 300), Assignment: make([]byte, 200)})
+	sg := newStoredGroup(rec)
+	if sg.generation != 3 || !sg.hasMember("m1") || !sg.hasMember("m2") || !sg.hasMember("") || sg.hasMember("m3") || !sg.hasMember(strings.Repeat("x", 300)) {
+		t.Fatalf("stored group: generation %d members %q", sg.generation, sg.members)
+	}
+	var got, want bytes.Buffer
+	if err := writeRecord(&got, snapRecord{group: sg.data}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeRecord(&want, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Group{Group: rec}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("snapshot record\n got %x\nwant %x", got.Bytes(), want.Bytes())
+	}
+	if back := sg.decode(); !proto.Equal(back, rec) {
+		t.Fatalf("decoded %v, want %v", back, rec)
+	}
+}
+
+// The leader applies its own entries from the messages it encoded them
+// from; the state is the one decoding the entry gives (what followers do),
+// and the registration is gone once applied.
+func TestOwnEntriesApplyAsDecoded(t *testing.T) {
+	ws := &raftpb.GroupWrites{Writes: []*raftpb.GroupWrite{
+		writeOf("g", nil, groupRecord("g", 2, "m1", "m2")),
+		writeOf("g", &pb.WriteFence{Generation: 2, MemberId: "m1"}, offsetRecord("g", "t", 0, 7)),
+		writeOf("g", &pb.WriteFence{Generation: 1, MemberId: "m1"}, offsetRecord("g", "t", 1, 9)),
+	}}
+	data, err := encodeCommand(raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, decoded := NewFSM(catalog.New(), quiet), NewFSM(catalog.New(), quiet)
+	own.proposed(data, ws)
+	r1 := own.Apply(&raft.Log{Index: 1, Data: data}).(*ApplyResult)
+	r2 := decoded.Apply(&raft.Log{Index: 1, Data: slices.Clone(data)}).(*ApplyResult)
+	if own.Hash() != decoded.Hash() {
+		t.Fatal("own entry applied to another state than its decoding")
+	}
+	if len(r1.Errs) != 3 || r1.Errs[0] != nil || r1.Errs[1] != nil || !errors.Is(r1.Errs[2], coordinator.ErrStoreFenced) || !errors.Is(r2.Errs[2], coordinator.ErrStoreFenced) {
+		t.Fatalf("results %v and %v", r1.Errs, r2.Errs)
+	}
+	if _, ok := own.own.Load(unsafe.SliceData(data)); ok {
+		t.Fatal("applied entry still registered")
+	}
+	if rec, offs, _ := own.Load("g"); rec.GetGeneration() != 2 || len(offs) != 1 || offs[0].GetOffset() != 7 {
+		t.Fatalf("loaded %v %v", rec, offs)
 	}
 }

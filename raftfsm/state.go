@@ -6,8 +6,10 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
@@ -24,8 +26,100 @@ type State struct {
 }
 
 type groupEntry struct {
-	rec     *pb.GroupRecord
+	rec     *storedGroup // nil: none
 	offsets map[offsetKey]*pb.OffsetRecord
+}
+
+// storedGroup is a stored group record, kept in its deterministic encoding
+// (a decoded record costs several times its encoded size, and a node holds
+// one per group it stores) with what fence checks read decoded: the
+// generation and the member ids, sorted. The ids point into data, which is
+// never changed once stored.
+type storedGroup struct {
+	data       []byte
+	generation int32
+	members    []string
+}
+
+// newStoredGroup encodes rec for the state.
+func newStoredGroup(rec *pb.GroupRecord) *storedGroup {
+	data, err := deterministic.Marshal(rec)
+	if err != nil {
+		// Only an invalid UTF-8 string fails, and a record that decoded
+		// from a log entry or snapshot has none.
+		panic("raftfsm: encode group record: " + err.Error())
+	}
+	return parseStoredGroup(data)
+}
+
+// parseStoredGroup reads the fence fields of an encoded GroupRecord.
+func parseStoredGroup(data []byte) *storedGroup {
+	r := &storedGroup{data: data}
+	walkFields(data, func(num protowire.Number, v uint64, b []byte) {
+		switch num {
+		case 3: // generation
+			r.generation = int32(v)
+		case 7: // members
+			id := ""
+			walkFields(b, func(num protowire.Number, _ uint64, b []byte) {
+				if num == 1 && len(b) > 0 { // member_id
+					id = unsafe.String(&b[0], len(b))
+				}
+			})
+			r.members = append(r.members, id)
+		}
+	})
+	slices.Sort(r.members)
+	return r
+}
+
+// walkFields calls f for every field of an encoded message: v for varint
+// fields, b for length-delimited ones. The state encodes every record it
+// parses, so the bytes are well formed; it stops at anything else.
+func walkFields(data []byte, f func(num protowire.Number, v uint64, b []byte)) {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return
+		}
+		data = data[n:]
+		switch typ {
+		case protowire.VarintType:
+			v, n := protowire.ConsumeVarint(data)
+			if n < 0 {
+				return
+			}
+			f(num, v, nil)
+			data = data[n:]
+		case protowire.BytesType:
+			b, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				return
+			}
+			f(num, 0, b)
+			data = data[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, data)
+			if n < 0 {
+				return
+			}
+			data = data[n:]
+		}
+	}
+}
+
+// decode returns the record as a new message.
+func (r *storedGroup) decode() *pb.GroupRecord {
+	rec := &pb.GroupRecord{}
+	if err := proto.Unmarshal(r.data, rec); err != nil {
+		panic("raftfsm: decode stored group record: " + err.Error())
+	}
+	return rec
+}
+
+func (r *storedGroup) hasMember(id string) bool {
+	_, ok := slices.BinarySearch(r.members, id)
+	return ok
 }
 
 type offsetKey struct {
@@ -50,8 +144,8 @@ func (s *State) entry(id string) *groupEntry {
 func (s *State) ApplyWrite(w *raftpb.GroupWrite) error {
 	if f := w.GetFence(); f != nil {
 		g := s.groups[w.GetGroupId()]
-		if g == nil || g.rec == nil || g.rec.GetGeneration() != f.GetGeneration() && !seededbug.On("no-generation-check") ||
-			!slices.ContainsFunc(g.rec.GetMembers(), func(m *pb.MemberRecord) bool { return m.GetMemberId() == f.GetMemberId() }) {
+		if g == nil || g.rec == nil || g.rec.generation != f.GetGeneration() && !seededbug.On("no-generation-check") ||
+			!g.rec.hasMember(f.GetMemberId()) {
 			return fmt.Errorf("group %q generation %d member %q: %w", w.GetGroupId(), f.GetGeneration(), f.GetMemberId(), coordinator.ErrStoreFenced)
 		}
 	}
@@ -64,21 +158,20 @@ func (s *State) ApplyWrite(w *raftpb.GroupWrite) error {
 func (s *State) applyRecord(r *pb.Record) {
 	switch k := r.GetKind().(type) {
 	case *pb.Record_Group:
-		s.entry(k.Group.GetGroupId()).rec = k.Group
+		s.entry(k.Group.GetGroupId()).rec = newStoredGroup(k.Group)
 	case *pb.Record_Offset:
 		o := k.Offset
 		s.entry(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = o
 	case *pb.Record_GenerationReserved:
 		r := k.GenerationReserved
 		g := s.entry(r.GetGroupId())
-		// A stored record is never changed in place: snapshots and loads
-		// may hold it.
+		// A stored record is never changed in place: snapshots may hold it.
 		rec := &pb.GroupRecord{GroupId: r.GetGroupId()}
 		if g.rec != nil {
-			rec = proto.CloneOf(g.rec)
+			rec = g.rec.decode()
 		}
 		rec.GenerationFloor = max(rec.GetGenerationFloor(), r.GetGeneration())
-		g.rec = rec
+		g.rec = newStoredGroup(rec)
 	case *pb.Record_GroupTombstone:
 		if g := s.groups[k.GroupTombstone.GetGroupId()]; g != nil {
 			g.rec = nil
@@ -112,7 +205,7 @@ func (s *State) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord) {
 	}
 	var rec *pb.GroupRecord
 	if g.rec != nil {
-		rec = proto.CloneOf(g.rec)
+		rec = g.rec.decode()
 	}
 	return rec, offsets
 }
@@ -140,23 +233,47 @@ func (s *State) Groups() []string {
 
 // capture appends the state's snapshot records to out: groups in id order,
 // each group's record before its offsets in (topic, partition) order.
-func (s *State) capture(out []*raftpb.SnapshotRecord) []*raftpb.SnapshotRecord {
+func (s *State) capture(out []snapRecord) []snapRecord {
 	for _, id := range s.Groups() {
 		g := s.groups[id]
 		if g.rec != nil {
-			out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Group{Group: g.rec}})
+			out = append(out, snapRecord{group: g.rec.data})
 		}
 		for _, o := range g.sortedOffsets() {
-			out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Offset{Offset: o}})
+			out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Offset{Offset: o}}})
 		}
 	}
 	return out
 }
 
+// snapRecord is one record of a snapshot: msg, or, for a group record, the
+// record's encoding (group), which is written as the SnapshotRecord that
+// holds it without decoding it first.
+type snapRecord struct {
+	msg   *raftpb.SnapshotRecord
+	group []byte
+}
+
 var deterministic = proto.MarshalOptions{Deterministic: true}
 
-func writeRecord(w io.Writer, r *raftpb.SnapshotRecord) error {
-	_, err := protodelim.MarshalOptions{MarshalOptions: deterministic}.MarshalTo(w, r)
+// snapshotGroupTag is the tag of SnapshotRecord's group field.
+var snapshotGroupTag = protowire.AppendTag(nil, 1, protowire.BytesType)
+
+// writeRecord writes a length-delimited SnapshotRecord. A group record's
+// bytes are exactly what encoding SnapshotRecord{group: record} gives.
+func writeRecord(w io.Writer, r snapRecord) error {
+	if r.msg != nil {
+		_, err := protodelim.MarshalOptions{MarshalOptions: deterministic}.MarshalTo(w, r.msg)
+		return err
+	}
+	body := len(snapshotGroupTag) + protowire.SizeBytes(len(r.group))
+	buf := protowire.AppendVarint(make([]byte, 0, protowire.SizeVarint(uint64(body))+body-len(r.group)), uint64(body))
+	buf = append(buf, snapshotGroupTag...)
+	buf = protowire.AppendVarint(buf, uint64(len(r.group)))
+	if _, err := w.Write(buf); err != nil {
+		return err
+	}
+	_, err := w.Write(r.group)
 	return err
 }
 

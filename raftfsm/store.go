@@ -145,9 +145,11 @@ func (s *Store) propose(batch []pending) {
 		}
 		return
 	}
+	s.fsm.proposed(data, ws)
 	f := s.raft.Apply(data, s.timeout)
 	go func() {
 		err := f.Error()
+		s.fsm.forget(data)
 		<-s.slots
 		var res *ApplyResult
 		if err == nil {

@@ -1,0 +1,264 @@
+package kafka_test
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cohort-coord/cohort/node"
+)
+
+// Scenarios beside BenchmarkGroups, each comparing cohort (one node, and a
+// cluster of three child-process nodes with fsync on every node) with
+// kfake in the same run:
+//
+//	go test -run '^$' -bench 'Formation|Memory|Commit|JoinStorm' -benchtime 1x ./kafka/
+//
+// BenchmarkFormation forms COHORT_BENCH_FORM_GROUPS groups (10,000) of 5
+// members, COHORT_BENCH_FORM_PARALLEL (200) at a time, and reports groups/s
+// from the first JoinGroup to the last SyncGroup and the server CPU per
+// group. BenchmarkMemory forms COHORT_BENCH_MEM_GROUPS groups (2,000) of 50
+// idle members and reports the growth of the server's resident memory and
+// Go heap per member. BenchmarkCommit runs closed-loop OffsetCommits with
+// 1,024 in flight for the BenchmarkGroups members and reports req/s, CPU per
+// commit summed over the nodes, and p50/p99 latency. COHORT_BENCH_SERVERS
+// (a comma list of cohort, cohort3, kfake) picks the servers. With -short
+// every count is small, for runs that only check that the benchmarks work.
+
+const (
+	formMembers = 5
+	memMembers  = 50
+	memParallel = 40
+	memSettle   = 2 * time.Second
+	// commitConns x benchDepth requests in flight.
+	commitConns = 64
+)
+
+// formRuns numbers the formations of a test process: a server may see
+// several (-count runs a sub-benchmark again on the same server), and each
+// must form new groups, not join those of an earlier one.
+var formRuns atomic.Int64
+
+// benchCount is the env knob name's value, def without it, short under
+// -short.
+func benchCount(name string, def, short int) int {
+	if testing.Short() {
+		def = short
+	}
+	return envInt(name, def)
+}
+
+// benchServers returns the servers a scenario compares: def, or those of
+// COHORT_BENCH_SERVERS that def has.
+func benchServers(def ...string) []string {
+	v := os.Getenv("COHORT_BENCH_SERVERS")
+	if v == "" {
+		return def
+	}
+	var out []string
+	for _, n := range strings.Split(v, ",") {
+		for _, d := range def {
+			if d == strings.TrimSpace(n) {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// startServer starts a server by scenario name: "cohort" (one node),
+// "cohort3" (a three-node cluster; its leader answers) or "kfake".
+func startServer(b *testing.B, name string) *benchServer {
+	b.Helper()
+	if name != "cohort3" {
+		return startBenchServer(b, name)
+	}
+	leader := startBenchServer(b, "cohort-node", "COHORT_BENCH_NODE=node1")
+	leader.name = name
+	fmt.Fprintln(leader.stdin, "remote")
+	line, err := leader.stdout.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "REMOTE ") {
+		leader.stop()
+		b.Fatalf("cluster leader: %q %v", line, err)
+	}
+	remote := strings.TrimSpace(strings.TrimPrefix(line, "REMOTE "))
+	for i := 2; i <= 3; i++ {
+		leader.peers = append(leader.peers, startBenchServer(b, "cohort-node", fmt.Sprintf("COHORT_BENCH_NODE=node%d", i), "COHORT_BENCH_JOIN="+remote))
+	}
+	deadline := time.Now().Add(time.Minute)
+	for leader.ask("voters", "VOTERS") < 3 {
+		if time.Now().After(deadline) {
+			leader.stop()
+			b.Fatal("cluster: the nodes did not join in time")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return leader
+}
+
+// serveClusterNode runs one node of a benchmark cluster until stdin closes:
+// the first (no COHORT_BENCH_JOIN) bootstraps and answers "remote" (its
+// native API address) and "voters"; the others join it.
+func serveClusterNode() int {
+	dir, err := os.MkdirTemp("", "cohort-bench-")
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	cfg := node.DefaultConfig()
+	cfg.DataDir, cfg.RemoteAddr = dir, "127.0.0.1:0"
+	cfg.Kafka.Addr = "127.0.0.1:0"
+	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
+	cfg.Raft.RaftAddr = "127.0.0.1:0"
+	cfg.Raft.NodeID = os.Getenv("COHORT_BENCH_NODE")
+	// hashicorp/raft's own timeouts rather than cohort's shorter ones: on
+	// the shared two-core machine a leader change in the middle of a run
+	// would fail it, and failover is not what these benchmarks measure.
+	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
+	cfg.Join = os.Getenv("COHORT_BENCH_JOIN")
+	cfg.Bootstrap = cfg.Join == ""
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n, err := node.Start(cfg)
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	if cfg.Bootstrap {
+		if err := n.WaitActive(30 * time.Second); err != nil {
+			fmt.Println("ERR", err)
+			return 1
+		}
+	}
+	fmt.Println("ADDR", n.KafkaAddr())
+	serveCommands(func(cmd, _ string) bool {
+		switch cmd {
+		case "remote":
+			fmt.Println("REMOTE", n.RemoteAddr())
+		case "voters":
+			fmt.Println("VOTERS", len(n.Raft().Voters()))
+		default:
+			return false
+		}
+		return true
+	})
+	n.Close()
+	return 0
+}
+
+func BenchmarkFormation(b *testing.B) {
+	groups := benchCount("COHORT_BENCH_FORM_GROUPS", 10000, 50)
+	parallel := benchCount("COHORT_BENCH_FORM_PARALLEL", 200, 10)
+	for _, name := range benchServers("cohort", "cohort3", "kfake") {
+		s := startServer(b, name)
+		createBenchTopic(b, s.addr)
+		b.Run(name, func(b *testing.B) {
+			if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && name != "kfake" {
+				fmt.Fprintf(s.stdin, "profile %s.formation.%s\n", prefix, name)
+				defer fmt.Fprintln(s.stdin, "stop")
+			}
+			var took, cpu time.Duration
+			for range b.N {
+				cpu0 := s.cpu()
+				ms, start := formGroups(b, s.addr, fmt.Sprintf("form%d", formRuns.Add(1)), groups, formMembers, parallel)
+				cpu += s.cpu() - cpu0
+				var last time.Time
+				for _, m := range ms {
+					if m.synced.After(last) {
+						last = m.synced
+					}
+				}
+				took += last.Sub(start)
+			}
+			b.ReportMetric(float64(groups*b.N)/took.Seconds(), "groups/s")
+			b.ReportMetric(float64(cpu.Microseconds())/float64(groups*b.N), "server-cpu-µs/group")
+		})
+		s.stop()
+	}
+}
+
+// rss returns the resident memory of the server's process.
+func (s *benchServer) rss() uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func BenchmarkMemory(b *testing.B) {
+	groups := benchCount("COHORT_BENCH_MEM_GROUPS", 2000, 20)
+	for _, name := range benchServers("cohort", "kfake") {
+		s := startServer(b, name)
+		createBenchTopic(b, s.addr)
+		b.Run(name, func(b *testing.B) {
+			heap0 := s.ask("mem", "MEM")
+			rss0 := s.rss()
+			for range b.N {
+				formGroups(b, s.addr, fmt.Sprintf("mem%d", formRuns.Add(1)), groups, memMembers, memParallel)
+			}
+			// The members are idle now: let the server close the
+			// connections they joined through before measuring.
+			time.Sleep(memSettle)
+			if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" {
+				fmt.Fprintf(s.stdin, "heap %s.memory.%s\n", prefix, s.name)
+			}
+			heap1 := s.ask("mem", "MEM")
+			rss1 := s.rss()
+			members := float64(groups * memMembers * b.N)
+			b.ReportMetric((float64(rss1)-float64(rss0))/members, "rss-B/member")
+			b.ReportMetric((float64(heap1)-float64(heap0))/members, "heap-B/member")
+			b.ReportMetric(float64(rss1)/(1<<20), "rss-MiB")
+		})
+		s.stop()
+	}
+}
+
+func BenchmarkCommit(b *testing.B) {
+	for _, name := range benchServers("cohort", "cohort3", "kfake") {
+		s := startServer(b, name)
+		createBenchTopic(b, s.addr)
+		ms := joinAll(b, s.addr)
+		b.Run(name+"/offsetcommit", func(b *testing.B) {
+			loadConns(b, s, "commit."+name, commitConns, ms, offsetCommit, offsetCommitOK)
+		})
+		s.stop()
+	}
+}
+
+// BenchmarkJoinStorm forms one group of COHORT_BENCH_STORM_MEMBERS members
+// (1,000), all joining at once, and reports the time from the first
+// JoinGroup to the last SyncGroup.
+func BenchmarkJoinStorm(b *testing.B) {
+	members := benchCount("COHORT_BENCH_STORM_MEMBERS", 1000, 20)
+	for _, name := range benchServers("cohort", "kfake") {
+		s := startServer(b, name)
+		createBenchTopic(b, s.addr)
+		b.Run(name, func(b *testing.B) {
+			var took time.Duration
+			for range b.N {
+				ms, start := formGroups(b, s.addr, fmt.Sprintf("storm%d", formRuns.Add(1)), 1, members, 1)
+				var last time.Time
+				for _, m := range ms {
+					if m.synced.After(last) {
+						last = m.synced
+					}
+				}
+				took += last.Sub(start)
+			}
+			b.ReportMetric(float64(took.Milliseconds())/float64(b.N), "ms/storm")
+		})
+		s.stop()
+	}
+}
