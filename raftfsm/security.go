@@ -41,12 +41,12 @@ func (f *FSM) applyACLChange(payload []byte) *ApplyResult {
 
 // captureSecurity appends the credentials, then the bindings, in their
 // sorted order. Caller holds f.mu.
-func (f *FSM) captureSecurity(out []*raftpb.SnapshotRecord) []*raftpb.SnapshotRecord {
+func (f *FSM) captureSecurity(out []snapRecord) []snapRecord {
 	for _, c := range f.security.Credentials() {
-		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Scram{Scram: c}})
+		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Scram{Scram: c}}})
 	}
 	for _, a := range f.security.ACLs() {
-		out = append(out, &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Acl{Acl: a.Proto()}})
+		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Acl{Acl: a.Proto()}}})
 	}
 	return out
 }
