@@ -1,7 +1,7 @@
 package actors
 
 import (
-	"bytes"
+	"github.com/cohort-coord/cohort/internal/testlog"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,23 +15,6 @@ import (
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/raftfsm"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // kgoJoin is a v3 JoinGroup listing names the way kgo does: owned
 // partitions of topic "t" only in the cooperative-sticky metadata.
@@ -58,7 +41,7 @@ func assigned(ps ...int32) []byte {
 // group: a downgrade round withholds one partition, the owner's heartbeat
 // starts the follow-up.
 func TestGuardCountedAndLogged(t *testing.T) {
-	var logs syncBuffer
+	var logs testlog.Buffer
 	system := actor.NewActorSystem(quietLogs())
 	defer system.Shutdown()
 	svc, err := Start(system, Options{Config: testConfig(), Store: raftfsm.NewMemoryStore(), Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -1,15 +1,14 @@
 package kafka
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"github.com/cohort-coord/cohort/internal/testlog"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -463,30 +462,12 @@ func mapsEqual(a, b map[string]int16) bool {
 	return true
 }
 
-// syncBuffer is a log sink for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestNoSecretInLogs runs successful and failed exchanges of every
 // mechanism, and user management, with debug logging, and looks for every
 // secret in the log: passwords, salted passwords, stored and server keys,
 // the SCRAM proofs (raw, hex and base64).
 func TestNoSecretInLogs(t *testing.T) {
-	var buf syncBuffer
+	var buf testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, store := secureServer(t, true, log)
 	addr := s.l.Addr().String()

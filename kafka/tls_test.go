@@ -2,9 +2,9 @@ package kafka
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
+	"github.com/cohort-coord/cohort/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
@@ -21,29 +21,11 @@ import (
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
-// syncBuf is a log destination read by the test while the listener writes.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // tlsFixture is a TLS listener with a CA and certificates for its clients.
 type tlsFixture struct {
 	l      *Listener
 	groups *fakeGroups
-	log    *syncBuf
+	log    *testlog.Buffer
 	ca     *testcerts.CA
 	dir    string
 	client *tlsconfig.Source // CN alice
@@ -72,7 +54,7 @@ func startTLS(t testing.TB, auth tlsconfig.ClientAuth) *tlsFixture {
 	if err := topics.Apply(catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 3}); err != nil {
 		t.Fatal(err)
 	}
-	fx := &tlsFixture{groups: &fakeGroups{}, log: &syncBuf{}, ca: ca, dir: dir, client: client}
+	fx := &tlsFixture{groups: &fakeGroups{}, log: &testlog.Buffer{}, ca: ca, dir: dir, client: client}
 	l, err := New(cfg, fx.groups, topics, slog.New(slog.NewTextHandler(fx.log, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -1,14 +1,13 @@
 package raftfsm
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/cohort-coord/cohort/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,23 +15,6 @@ import (
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // nodeCert writes a certificate for node id name (DNS name id and
 // 127.0.0.1) signed by ca, and loads it with ca as the trusted CA.
@@ -175,7 +157,7 @@ func TestRaftRefusesUntrustedNodes(t *testing.T) {
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, "cluster CA")
 	other := testcerts.NewCA(t, "rogue CA")
-	var log lockedBuf
+	var log testlog.Buffer
 	logger := slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -1,16 +1,15 @@
 package tlsconfig_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
+	"github.com/cohort-coord/cohort/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,24 +17,6 @@ import (
 	"github.com/cohort-coord/cohort/internal/testcerts"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
-
-// logBuf is a log destination that tests read while the code writes.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func load(t *testing.T, f testcerts.Files, log io.Writer) *tlsconfig.Source {
 	t.Helper()
@@ -156,7 +137,7 @@ func TestRefusedCertificates(t *testing.T) {
 	wrongName := ca.Issue(t, testcerts.Options{CommonName: "x", DNSNames: []string{"elsewhere"}})
 	good := load(t, ca.Issue(t, testcerts.Options{CommonName: "alice"}).Write(t, dir, "client", ca), nil)
 
-	var warned logBuf
+	var warned testlog.Buffer
 	load(t, expired.Write(t, dir, "expired", nil), &warned)
 	if !strings.Contains(warned.String(), "the certificate is not valid now") {
 		t.Errorf("loading an expired certificate logged no warning: %q", warned.String())
@@ -239,7 +220,7 @@ func TestRotation(t *testing.T) {
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, "ca")
 	f := ca.Issue(t, testcerts.Options{CommonName: "first"}).Write(t, dir, "server", ca)
-	var log logBuf
+	var log testlog.Buffer
 	srv := load(t, f, &log)
 	cli := load(t, ca.Issue(t, testcerts.Options{CommonName: "client"}).Write(t, dir, "client", ca), nil)
 	server, client := srv.Server(tlsconfig.ClientAuthRequire), cli.Client("localhost")

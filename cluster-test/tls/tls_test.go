@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"github.com/cohort-coord/cohort/internal/testlog"
 	"maps"
 	"net"
 	"os"
@@ -380,7 +381,7 @@ func startRogue(t *testing.T, c *clustertest.Cluster, f testcerts.Files) func() 
 	}
 	dir := t.TempDir()
 	leader := c.WaitLeader(20 * time.Second)
-	var log syncBuf
+	var log testlog.Buffer
 	cmd := exec.Command(bin, append([]string{"--node-id", "node4", "--data-dir", filepath.Join(dir, "data"),
 		"--remote-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--raft-addr", "127.0.0.1:0", "--http-addr", "",
 		"--join", leader.RemoteAddr}, tlsArgs(f)...)...)
@@ -390,23 +391,6 @@ func startRogue(t *testing.T, c *clustertest.Cluster, f testcerts.Files) func() 
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return log.String
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestTLSClusterThroughProxies: every Raft link runs through the chaos

@@ -1,34 +1,15 @@
 package interop
 
 import (
-	"bytes"
 	"context"
+	"github.com/cohort-coord/cohort/internal/testlog"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// lockedBuffer collects a process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *lockedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *lockedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
 
 // TestKcatQuickstart is the README's first steps: a coordinator started
 // with its defaults, then `kcat -G group topic` for a topic nobody created.
@@ -41,7 +22,7 @@ func TestKcatQuickstart(t *testing.T) {
 	cl := adminClient(t, s.addr)
 	const group, topic = "quickstart", "quicktopic"
 
-	var out lockedBuffer
+	var out testlog.Buffer
 	kc := exec.Command("kcat", "-b", s.addr, "-G", group, topic)
 	kc.Stdout, kc.Stderr = &out, &out
 	if err := kc.Start(); err != nil {
