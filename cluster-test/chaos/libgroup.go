@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/asynkron/protoactor-go/remote"
 
 	member "github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/assignor"
@@ -65,16 +61,14 @@ func startLibGroup(ctx context.Context, r *run, group, topic string, partitions 
 	if err := clustertest.CreateTopic(ctx, coord, topic, partitions); err != nil {
 		return nil, err
 	}
-	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}))
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// The members run on the process's one protoactor remote, the shared
+	// admin client's: a second remote's start would set gRPC's global
+	// logger while the first one logs (a data race).
+	adm, err := clustertest.SharedAdmin()
 	if err != nil {
 		return nil, err
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	remote.NewRemote(system, remote.Configure("127.0.0.1", port)).Start()
+	system := adm.System()
 	g := &libGroup{r: r, group: group, topic: topic, partitions: partitions, static: static, system: system, stop: make(chan struct{})}
 	for slot := range n {
 		if err := g.add(slot); err != nil {
@@ -262,5 +256,4 @@ func (g *libGroup) close() {
 		lm.m.Close(ctx)
 		cancel()
 	}
-	g.system.Shutdown()
 }
