@@ -47,12 +47,13 @@ type libMember struct {
 	done chan struct{}
 }
 
-// style is the group's style in the record.
-func (g *libGroup) style() string {
+// info is the group's entry in the record.
+func (g *libGroup) info() GroupInfo {
+	style := "library"
 	if g.static {
-		return "library-static"
+		style = "library-static"
 	}
-	return "library"
+	return GroupInfo{g.group, g.topic, g.partitions, style}
 }
 
 func startLibGroup(ctx context.Context, r *run, group, topic string, partitions int32, n int, static bool, settle time.Duration) (*libGroup, error) {
@@ -99,13 +100,7 @@ func (g *libGroup) add(slot int) error {
 	}
 	cb := func(kind string) func(context.Context, *member.Member, []assignor.TopicPartitions) {
 		return func(_ context.Context, m *member.Member, tps []assignor.TopicPartitions) {
-			var ps []int32
-			for _, tp := range tps {
-				if tp.Topic == g.topic {
-					ps = append(ps, tp.Partitions...)
-				}
-			}
-			slices.Sort(ps)
+			ps := partitionsOf(tps, g.topic)
 			g.r.rec.event(Event{At: time.Now(), Group: g.group, Client: name, Kind: kind, Partitions: ps, Gen: m.Generation()})
 		}
 	}
@@ -139,9 +134,12 @@ func (g *libGroup) add(slot int) error {
 }
 
 // parts returns the member's partitions of topic, sorted.
-func (lm *libMember) parts(topic string) []int32 {
+func (lm *libMember) parts(topic string) []int32 { return partitionsOf(lm.m.Assignment(), topic) }
+
+// partitionsOf returns the partitions of topic in tps, sorted.
+func partitionsOf(tps []assignor.TopicPartitions, topic string) []int32 {
 	var ps []int32
-	for _, tp := range lm.m.Assignment() {
+	for _, tp := range tps {
 		if tp.Topic == topic {
 			ps = append(ps, tp.Partitions...)
 		}
@@ -223,12 +221,6 @@ func (g *libGroup) loop(lm *libMember) {
 		}
 		g.r.hst.Add(op)
 	}
-}
-
-func (g *libGroup) waitCommits() {
-	// A commit in flight finishes within its 10 s bound; loop checks the
-	// flag before each one.
-	time.Sleep(400 * time.Millisecond)
 }
 
 // stable returns "" when the members own every partition exactly once.

@@ -107,6 +107,9 @@ type run struct {
 	hst *clustertest.History
 	kg  *kgoGroup
 	lgs []*libGroup // member-library groups: dynamic cooperative, static eager
+	// clients are the groups of real client libraries (kg and lgs), which
+	// the run treats alike.
+	clients []clientGroup
 
 	begin   time.Time // the workload started: log times count from here
 	stopAux chan struct{}
@@ -230,6 +233,10 @@ func (r *run) run() (*Report, error) {
 		r.t.Cleanup(lg.close)
 		r.lgs = append(r.lgs, lg)
 	}
+	r.clients = []clientGroup{r.kg}
+	for _, lg := range r.lgs {
+		r.clients = append(r.clients, lg)
+	}
 	r.w.SetCommits(true)
 	start := time.Now()
 	for _, g := range r.w.Groups {
@@ -237,16 +244,15 @@ func (r *run) run() (*Report, error) {
 		go r.fetcher(g.ID, g.Topic, g.Partitions)
 		go r.zombie(g)
 	}
-	r.auxWG.Add(2)
-	go r.fetcher(r.kg.group, r.kg.topic, r.kg.partitions)
-	for _, lg := range r.lgs {
+	for _, g := range r.clients {
+		gi := g.info()
 		r.auxWG.Add(1)
-		go r.fetcher(lg.group, lg.topic, lg.partitions)
+		go r.fetcher(gi.ID, gi.Topic, gi.Partitions)
 	}
+	r.auxWG.Add(1)
 	go r.sampleLeaders()
-	r.kg.setCommits(true)
-	for _, lg := range r.lgs {
-		lg.setCommits(true)
+	for _, g := range r.clients {
+		g.setCommits(true)
 	}
 
 	r.begin = begin
@@ -260,17 +266,15 @@ func (r *run) run() (*Report, error) {
 	cfg.Logf("healed in %v", healed.Sub(faultsEnd).Round(time.Millisecond))
 	live := map[string][]Violation{}
 	r.checkStable(ctx, healed, live)
-	r.kg.setCommits(false)
-	for _, lg := range r.lgs {
-		lg.setCommits(false)
+	for _, g := range r.clients {
+		g.setCommits(false)
 	}
 	if err := r.w.StopCommits(15 * time.Second); err != nil {
 		live["I5"] = append(live["I5"], Violation{"I5", time.Now(), err.Error()})
 	}
-	r.kg.waitCommits()
-	for _, lg := range r.lgs {
-		lg.waitCommits()
-	}
+	// A client commit in flight finishes within its 10 s bound; the
+	// committing loops check the flag before each one.
+	time.Sleep(400 * time.Millisecond)
 	close(r.stopAux)
 	r.auxWG.Wait()
 	final := r.finalFetch(ctx)
@@ -295,9 +299,8 @@ func (r *run) run() (*Report, error) {
 		}
 		rec.Groups = append(rec.Groups, GroupInfo{g.ID, g.Topic, g.Partitions, style})
 	}
-	rec.Groups = append(rec.Groups, GroupInfo{r.kg.group, r.kg.topic, r.kg.partitions, "cooperative"})
-	for _, lg := range r.lgs {
-		rec.Groups = append(rec.Groups, GroupInfo{lg.group, lg.topic, lg.partitions, lg.style()})
+	for _, g := range r.clients {
+		rec.Groups = append(rec.Groups, g.info())
 	}
 	rec.Ops = fromCluster(r.hst.Ops())
 	r.rec.mu.Lock()
@@ -564,9 +567,9 @@ func (r *run) finalFetch(ctx context.Context) []FinalOffset {
 	for _, g := range r.w.Groups {
 		all = append(all, gt{g.ID, g.Topic, g.Partitions})
 	}
-	all = append(all, gt{r.kg.group, r.kg.topic, r.kg.partitions})
-	for _, lg := range r.lgs {
-		all = append(all, gt{lg.group, lg.topic, lg.partitions})
+	for _, g := range r.clients {
+		gi := g.info()
+		all = append(all, gt{gi.ID, gi.Topic, gi.Partitions})
 	}
 	conns := clustertest.NewConns("final-fetch")
 	defer conns.Close()
@@ -648,11 +651,8 @@ func (r *run) stableNow(ctx context.Context) (bool, string) {
 			return false, fmt.Sprintf("%s: coordinator says %s %v, members %v gen %d", g.ID, d.State, ids, views[g.ID].Members, views[g.ID].Gen)
 		}
 	}
-	if why := r.kg.stable(); why != "" {
-		return false, why
-	}
-	for _, lg := range r.lgs {
-		if why := lg.stable(); why != "" {
+	for _, g := range r.clients {
+		if why := g.stable(); why != "" {
 			return false, why
 		}
 	}
@@ -686,6 +686,14 @@ func (r *run) checkConverged(live map[string][]Violation) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	live["I7"] = append(live["I7"], Violation{"I7", time.Now(), "nodes did not reach the same FSM hash within 60s: " + strings.Join(last, "; ")})
+}
+
+// clientGroup is a group of a real client library's consumers: its
+// record entry, its commits switch, its ownership check.
+type clientGroup interface {
+	info() GroupInfo
+	setCommits(on bool)
+	stable() string
 }
 
 // kgoGroup is a group of franz-go consumers with the cooperative-sticky
@@ -839,11 +847,7 @@ func (g *kgoGroup) loop(m *kgoMember, next *atomic.Int64) {
 	}
 }
 
-func (g *kgoGroup) waitCommits() {
-	// A commit in flight finishes within its 10 s bound; loop checks the
-	// flag before each one.
-	time.Sleep(400 * time.Millisecond)
-}
+func (g *kgoGroup) info() GroupInfo { return GroupInfo{g.group, g.topic, g.partitions, "cooperative"} }
 
 // stable returns "" when the consumers own every partition exactly once.
 func (g *kgoGroup) stable() string {
