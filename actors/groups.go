@@ -225,8 +225,7 @@ func (r *groupsActor) loaded(ctx actor.Context, id string) {
 // already in a mailbox are answered (NOT_COORDINATOR, the term is over)
 // before the actor stops, where a stop would drop them unanswered.
 func (r *groupsActor) onDeactivate(ctx actor.Context) {
-	r.stopping = true
-	r.env.serving.Store(0)
+	r.stopping = true // Service.Deactivate ended the term (env.serving) before sending this
 	for id, pid := range r.children {
 		r.env.directory.Delete(id)
 		ctx.Poison(pid)
