@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
+	"github.com/cohort-coord/cohort/raftfsm"
 )
 
 // catchUp tracks whether this node's replicated state is at least as new as
@@ -21,22 +21,23 @@ import (
 // Once caught up a node stays so: Raft applies entries in order, so its
 // state never goes back, and later entries reach it as on any follower.
 type catchUp struct {
-	raft   *raft.Raft
+	raft   *raftfsm.Node
 	target uint64 // last log index at start
 	done   atomic.Bool
 }
 
-func newCatchUp(r *raft.Raft) *catchUp {
-	return &catchUp{raft: r, target: r.LastIndex()}
+func newCatchUp(r *raftfsm.Node) *catchUp {
+	return &catchUp{raft: r, target: r.Raft.LastIndex()}
 }
 
-// check re-evaluates the condition: a leader is known and every entry the
-// node had at start is applied.
+// check re-evaluates the condition: a leader is known and the node's state
+// holds every entry it had at start (applied by the FSM, not only handed to
+// it).
 func (c *catchUp) check() bool {
 	if c.done.Load() {
 		return true
 	}
-	if _, id := c.raft.LeaderWithID(); id == "" || c.raft.AppliedIndex() < c.target {
+	if _, id := c.raft.Raft.LeaderWithID(); id == "" || !c.raft.Holds(c.target) {
 		return false
 	}
 	c.done.Store(true)

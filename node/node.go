@@ -278,7 +278,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	log.Info("listening", "listener", "raft", "addr", n.raft.Addr(), "node", rc.NodeID, "bootstrap", rc.Bootstrap)
-	n.caughtUp = newCatchUp(n.raft.Raft)
+	n.caughtUp = newCatchUp(n.raft)
 	cat := n.raft.Catalog
 	cfg.Group.Partitions = func(topic string) (int32, bool) {
 		t, ok := cat.Get(topic)

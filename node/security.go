@@ -230,7 +230,7 @@ func (n *Node) changeSecurity(ctx context.Context, c proto.Message) error {
 	if r.GetError() != "" {
 		return errors.New(r.GetError())
 	}
-	for ctx.Err() == nil && n.raft.Raft.AppliedIndex() < r.GetAppliedIndex() {
+	for ctx.Err() == nil && !n.raft.Holds(r.GetAppliedIndex()) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return ctx.Err()

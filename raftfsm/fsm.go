@@ -69,6 +69,11 @@ type FSM struct {
 	// instead of decoding its own bytes again (hashicorp/raft hands the
 	// leader's FSM the very Log it was given).
 	own sync.Map // *byte -> *raftpb.GroupWrites
+	// applied is the index of the last entry Apply returned from (see
+	// Node.Holds).
+	applied atomic.Uint64
+	// beforeApply, set by tests only, runs before each entry is applied.
+	beforeApply atomic.Pointer[func()]
 }
 
 // NewFSM returns an empty FSM that applies topic commands to cat.
@@ -92,6 +97,15 @@ var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResul
 // wrote something this one cannot apply, and the FSM halts (Halted) rather
 // than diverge from the replicas that applied it.
 func (f *FSM) Apply(l *raft.Log) any {
+	if h := f.beforeApply.Load(); h != nil {
+		(*h)()
+	}
+	res := f.applyEntry(l)
+	f.applied.Store(l.Index)
+	return res
+}
+
+func (f *FSM) applyEntry(l *raft.Log) *ApplyResult {
 	if err := f.halt.Load(); err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: entry %d not applied: %w", ErrBadCommand, l.Index, *err)}
 	}
