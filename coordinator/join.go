@@ -32,6 +32,12 @@ func joinTimeouts(cfg *Config, req *pb.JoinGroupRequest) (session, rebalance tim
 
 // Join handles JoinGroup v0-v9. newID is a fresh unique suffix used when the
 // request needs a new member id (clientId-newID or instanceId-newID).
+//
+// The group keeps req's protocols (their names and metadata) for as long as
+// the member lives, without copying them: the caller hands them over and
+// must not change them afterwards, and should not let their metadata share
+// a buffer much larger than itself (the Kafka listener gives each request
+// protocols of their own).
 func (g *Group) Join(now time.Time, req *pb.JoinGroupRequest, newID string, to ReplyTo, fx *Effects) {
 	g.guardOnJoin(now, req, fx)
 	memberID := req.GetMemberId()
@@ -196,32 +202,9 @@ func newMember(req *pb.JoinGroupRequest, id string, session, rebalance time.Dura
 		clientHost:       req.GetClientHost(),
 		rebalanceTimeout: rebalance,
 		sessionTimeout:   session,
-		protocols:        ownProtocols(req.GetProtocols()),
+		protocols:        req.GetProtocols(),
 		isNew:            true,
 	}
-}
-
-// ownProtocols copies a request's protocols into one allocation for their
-// metadata, so that a member, which keeps them as long as it lives, does
-// not keep the buffer of the request they were decoded from.
-func ownProtocols(ps []*pb.Protocol) []*pb.Protocol {
-	n := 0
-	for _, p := range ps {
-		n += len(p.GetMetadata())
-	}
-	buf := make([]byte, 0, n)
-	vals := make([]pb.Protocol, len(ps))
-	out := make([]*pb.Protocol, len(ps))
-	for i, p := range ps {
-		start := len(buf)
-		buf = append(buf, p.GetMetadata()...)
-		vals[i].Name = p.GetName()
-		if p.GetMetadata() != nil {
-			vals[i].Metadata = buf[start:len(buf):len(buf)]
-		}
-		out[i] = &vals[i]
-	}
-	return out
 }
 
 // addAndRebalance is Kafka's addMemberAndRebalance.
@@ -248,7 +231,7 @@ func (g *Group) updateMember(m *member, req *pb.JoinGroupRequest, session, rebal
 	if m.joinReply != nil && m.joinReply != to {
 		fx.reply(m.joinReply, joinError(m.id, ErrNotCoordinator))
 	}
-	g.setProtocols(m, ownProtocols(req.GetProtocols()))
+	g.setProtocols(m, req.GetProtocols())
 	m.sessionTimeout, m.rebalanceTimeout = session, rebalance
 	m.clientID, m.clientHost = req.GetClientId(), req.GetClientHost()
 	g.setJoinReply(m, to, req.GetApiVersion())

@@ -96,9 +96,7 @@ func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGrou
 	if r.version >= 8 {
 		n.Reason = req.Reason
 	}
-	for _, p := range req.Protocols {
-		n.Protocols = append(n.Protocols, &grouppb.Protocol{Name: p.Name, Metadata: p.Metadata})
-	}
+	n.Protocols = joinProtocols(req.Protocols)
 	out, err := call[*grouppb.JoinGroupResponse](ctx, l, parkTimeout(rebalance), n)
 	if err != nil {
 		resp.ErrorCode = callErrorCode(err)
@@ -590,4 +588,47 @@ func GenerationFromTags(tags kmsg.Tags) (gen int32, ok bool) {
 		}
 	})
 	return gen, ok
+}
+
+// joinProtocols copies a JoinGroup's protocols out of the request body, whose
+// buffer their decoded metadata shares, into memory of their own: the
+// coordinator keeps them as long as the member lives. The one or two
+// protocols clients send take two allocations, the protocols and their
+// metadata.
+func joinProtocols(ps []kmsg.JoinGroupRequestProtocol) []*grouppb.Protocol {
+	var vals []grouppb.Protocol
+	var out []*grouppb.Protocol
+	switch len(ps) {
+	case 0:
+		return nil
+	case 1:
+		b := new(struct {
+			ptr [1]*grouppb.Protocol
+			val [1]grouppb.Protocol
+		})
+		out, vals = b.ptr[:], b.val[:]
+	case 2:
+		b := new(struct {
+			ptr [2]*grouppb.Protocol
+			val [2]grouppb.Protocol
+		})
+		out, vals = b.ptr[:], b.val[:]
+	default:
+		out, vals = make([]*grouppb.Protocol, len(ps)), make([]grouppb.Protocol, len(ps))
+	}
+	size := 0
+	for _, p := range ps {
+		size += len(p.Metadata)
+	}
+	buf := make([]byte, 0, size)
+	for i, p := range ps {
+		vals[i].Name = p.Name
+		if p.Metadata != nil {
+			start := len(buf)
+			buf = append(buf, p.Metadata...)
+			vals[i].Metadata = buf[start:len(buf):len(buf)]
+		}
+		out[i] = &vals[i]
+	}
+	return out
 }
