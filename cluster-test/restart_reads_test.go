@@ -170,6 +170,23 @@ func (r *restartReads) poll(nodes []*Node, start func()) int {
 	return answered
 }
 
+// checkBrokers reports a Metadata answer that does not list every node of
+// the cluster as a broker: clients drop their connections to brokers a
+// Metadata answer leaves out (kafkajs ends the socket of a request in
+// flight).
+func (r *restartReads) checkBrokers(m *kmsg.MetadataResponse) []string {
+	var got []string
+	for _, b := range m.Brokers {
+		got = append(got, net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))))
+	}
+	slices.Sort(got)
+	want := slices.Sorted(slices.Values(r.c.KafkaAddrs()))
+	if !slices.Equal(got, want) {
+		return []string{fmt.Sprintf("metadata: brokers %v, the cluster is %v", got, want)}
+	}
+	return nil
+}
+
 // readOnce sends one Metadata for the known topics, one for all topics, a
 // FindCoordinator and an OffsetFetch; ok is false when the node did not
 // answer (its port is not open yet).
@@ -186,6 +203,7 @@ func (r *restartReads) readOnce(addr string, known []string) (ok bool, problems 
 	if err != nil {
 		return false, nil
 	}
+	problems = append(problems, r.checkBrokers(res.(*kmsg.MetadataResponse))...)
 	seen := map[string]bool{}
 	for _, mt := range res.(*kmsg.MetadataResponse).Topics {
 		name := ""
@@ -204,6 +222,7 @@ func (r *restartReads) readOnce(addr string, known []string) (ok bool, problems 
 	}
 	all := kmsg.NewPtrMetadataRequest()
 	if res, err := r.conns.Request(ctx, addr, all); err == nil {
+		problems = append(problems, r.checkBrokers(res.(*kmsg.MetadataResponse))...)
 		listed := map[string]int{}
 		for _, mt := range res.(*kmsg.MetadataResponse).Topics {
 			if mt.Topic != nil && mt.ErrorCode == errNone {

@@ -432,6 +432,17 @@ func (n *Node) register() {
 	}
 }
 
+// registered returns the registered nodes: the replicated registry once this
+// node has caught up, and until then the one its own log held when it
+// started (the FSM of a restarted node holds only its snapshot's
+// registry until a leader tells it what is committed).
+func (n *Node) registered() []*raftpb.NodeRegister {
+	if n.caughtUp == nil || n.caughtUp.Ready() {
+		return n.raft.FSM.Nodes()
+	}
+	return n.raft.LoggedNodes()
+}
+
 // joinTargets are the native API addresses to ask: the --join address, or
 // the other members this node knows from the replicated registry.
 func (n *Node) joinTargets() []string {
@@ -439,7 +450,7 @@ func (n *Node) joinTargets() []string {
 		return []string{n.cfg.Join}
 	}
 	var out []string
-	for _, reg := range n.raft.FSM.Nodes() {
+	for _, reg := range n.registered() {
 		if reg.GetNodeId() != n.raft.ID() && reg.GetRemoteAddr() != "" {
 			out = append(out, reg.GetRemoteAddr())
 		}

@@ -108,11 +108,13 @@ func (n *Node) onTopicCommand(cmd catalog.Command) *clusterpb.AdminResponse {
 }
 
 // brokers lists every registered node as a Kafka broker, and the leader as
-// controller, for Metadata.
+// controller, for Metadata. A node that has not caught up lists the nodes
+// its log knew of (see registered): clients drop their connections to the
+// brokers a Metadata answer leaves out.
 func (n *Node) brokers(listener string) ([]kafka.Broker, int32) {
 	var out []kafka.Broker
 	seen := false
-	for _, reg := range n.raft.FSM.Nodes() {
+	for _, reg := range n.registered() {
 		b, ok := brokerOf(reg.GetNodeId(), kafkaAddrOf(reg, listener))
 		if !ok {
 			continue

@@ -1,10 +1,16 @@
 package raftfsm
 
 import (
+	"cmp"
 	"errors"
+	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 )
 
 // Holds reports whether this node's state (FSM, catalog, security store)
@@ -23,11 +29,28 @@ func (n *Node) Holds(index uint64) bool {
 	if n.Raft.AppliedIndex() < index {
 		return false
 	}
-	c, err := n.lastCommand(index)
-	if err != nil {
-		return false
+	restores := n.FSM.restores.Load()
+	n.held.Lock()
+	c, ok := n.held.command, n.held.index == index && n.held.restores == restores
+	n.held.Unlock()
+	if !ok {
+		var err error
+		if c, err = n.lastCommand(index); err != nil {
+			return false
+		}
+		n.held.Lock()
+		n.held.index, n.held.restores, n.held.command = index, restores, c
+		n.held.Unlock()
 	}
 	return n.FSM.applied.Load() >= c
+}
+
+// heldCache remembers the last command entry Holds found for an index: the
+// entries up to an applied index do not change, and neither does the answer
+// until the FSM restores a snapshot.
+type heldCache struct {
+	sync.Mutex
+	index, restores, command uint64
 }
 
 // lastCommand returns the index of the last command entry at or below index
@@ -50,4 +73,70 @@ func (n *Node) lastCommand(index uint64) (uint64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// LoggedNodes returns the node registry as this node's own log has it when
+// it opened: the registry of the snapshot it restored, with the
+// registrations and removals its log holds after that snapshot. Until a
+// restarted node has caught up, its FSM holds only the snapshot's registry
+// (the entries after it are applied once a leader says they are
+// committed), which may lack nodes, or hold none; a Metadata answer that
+// listed only those would make clients drop their connections to the
+// others. The log's registry is what the node knew when it stopped.
+func (n *Node) LoggedNodes() []*raftpb.NodeRegister { return n.logged }
+
+// readLoggedNodes computes LoggedNodes once, right after raft restored the
+// latest snapshot into the FSM.
+func (n *Node) readLoggedNodes() error {
+	nodes := map[string]*raftpb.NodeRegister{}
+	for _, r := range n.FSM.Nodes() {
+		nodes[r.GetNodeId()] = r
+	}
+	snap, err := strconv.ParseUint(n.Raft.Stats()["last_snapshot_index"], 10, 64)
+	if err != nil {
+		return err
+	}
+	first, err := n.logs.FirstIndex()
+	if err != nil {
+		return err
+	}
+	last, err := n.logs.LastIndex()
+	if err != nil {
+		return err
+	}
+	var l raft.Log
+	for i := max(first, snap+1); i <= last && i > 0; i++ {
+		if err := n.logs.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				continue // compacted meanwhile: the FSM holds it
+			}
+			return err
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		var env raftpb.Envelope
+		if proto.Unmarshal(l.Data, &env) != nil {
+			continue // the FSM will say what is wrong with it
+		}
+		switch env.GetType() {
+		case raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER:
+			var r raftpb.NodeRegister
+			if proto.Unmarshal(env.GetPayload(), &r) == nil && r.GetNodeId() != "" {
+				nodes[r.GetNodeId()] = &r
+			}
+		case raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE:
+			var r raftpb.NodeRemove
+			if proto.Unmarshal(env.GetPayload(), &r) == nil {
+				delete(nodes, r.GetNodeId())
+			}
+		}
+	}
+	out := make([]*raftpb.NodeRegister, 0, len(nodes))
+	for _, r := range nodes {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *raftpb.NodeRegister) int { return cmp.Compare(a.GetNodeId(), b.GetNodeId()) })
+	n.logged = out
+	return nil
 }

@@ -2,10 +2,12 @@ package raftfsm
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
 	"github.com/cohort-coord/cohort/catalog"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 )
 
 // hashicorp/raft counts an entry applied once it is handed to the FSM's
@@ -59,5 +61,45 @@ func TestHoldsWaitsForTheFSM(t *testing.T) {
 	}
 	if n.Holds(n.Raft.LastIndex() + 1) {
 		t.Fatal("Holds says yes for an entry not in the log")
+	}
+}
+
+// A reopened node knows the registry its log holds before any entry is
+// applied again: the snapshot's registrations with the log's after it.
+func TestLoggedNodesAfterReopen(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	n := openLeader(t, cfg)
+	ctx := context.Background()
+	reg := func(id string) {
+		t.Helper()
+		if err := n.Register(ctx, &raftpb.NodeRegister{NodeId: id, RaftAddr: n.Addr(), KafkaAddr: "127.0.0.1:9092"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg("node-a")
+	reg("node-b")
+	reg("node-c")
+	if err := n.Raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Unregister(ctx, "node-b"); err != nil {
+		t.Fatal(err)
+	}
+	reg("node-d")
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	var ids []string
+	for _, r := range n.LoggedNodes() {
+		ids = append(ids, r.GetNodeId())
+	}
+	if want := []string{"node-a", "node-c", "node-d"}; !slices.Equal(ids, want) {
+		t.Fatalf("logged registry %v, want %v", ids, want)
 	}
 }

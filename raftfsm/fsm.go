@@ -72,6 +72,8 @@ type FSM struct {
 	// applied is the index of the last entry Apply returned from (see
 	// Node.Holds).
 	applied atomic.Uint64
+	// restores counts the snapshots restored (see Node.Holds).
+	restores atomic.Uint64
 	// beforeApply, set by tests only, runs before each entry is applied.
 	beforeApply atomic.Pointer[func()]
 }
@@ -350,6 +352,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.catalog.Restore(topics)
 	f.security.Restore(sec.creds, sec.acls)
 	f.mu.Unlock()
+	f.restores.Add(1)
 	return nil
 }
 

@@ -99,6 +99,8 @@ type Node struct {
 	LeaderCh <-chan bool
 	// unregister undoes RegisterMetrics on Close.
 	unregister []func()
+	held       heldCache // Holds
+	logged     []*raftpb.NodeRegister
 }
 
 // Open starts a Raft node over real files: the log and stable store in
@@ -217,6 +219,10 @@ func Open(cfg Config) (*Node, error) {
 		stream.raft.Store(r)
 	}
 	n := &Node{Raft: r, FSM: fsm, Catalog: cat, cfg: cfg, addr: transport.LocalAddr(), transport: transport, logs: logs, LeaderCh: leaderCh}
+	if err := n.readLoggedNodes(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("read the node registry from the log: %w", err)
+	}
 	if cfg.Bootstrap && !existing {
 		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: n.addr}}}
 		if err := r.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
