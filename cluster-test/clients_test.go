@@ -112,6 +112,9 @@ func startClientGroup(t *testing.T, c *Cluster, conns *Conns, fam clients.Family
 		id := fmt.Sprintf("%s-%d", fam.Name, i)
 		cfg := clients.Config{Bootstrap: c.KafkaAddrs(), Group: g.name, Topic: g.topic, ClientID: id, Partitions: rcPartitions, Session: rcSession, Env: []string{"KAFKAJS_LOG=info", "KAFKAJS_RETRIES=" + strconv.Itoa(kafkajsRetries)}}
 		if dir := os.Getenv("COHORT_CLUSTER_LOG_DIR"); dir != "" {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
 			cfg.StderrPath = filepath.Join(dir, t.Name()+"-"+id+".log")
 		}
 		p, err := fam.Start(id, cfg)
@@ -425,6 +428,13 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 			if last := reps[len(reps)-1]; !slices.Equal(last.Owned, g.owned[i]) {
 				t.Logf("%s owned %v before the failovers and %v after", p.Name, g.owned[i], last.Owned)
 				res.moved++
+			}
+		}
+		if res.rebalances != 0 || res.moved != 0 || res.followerCallbacks != 0 || (!res.selfRestarts && res.callbacks != 0) {
+			// What the clients said about it (their error callbacks and logs).
+			for _, p := range g.procs {
+				logs := p.Logs()
+				t.Logf("%s: last log lines of %d:\n  %s", p.Name, len(logs), strings.Join(logs[max(0, len(logs)-30):], "\n  "))
 			}
 		}
 		for _, k := range kills {
