@@ -132,7 +132,7 @@ type Group struct {
 	pending    map[string]struct{}
 	awaitJoin  int
 	protoCount map[string]int
-	pendSync   map[string]struct{}
+	pendSync   map[string]struct{} // nil when none is pending
 
 	newMemberAdded bool
 	initial        initialDelay
@@ -175,7 +175,6 @@ func New(id string, cfg *Config, now time.Time) *Group {
 		static:         map[string]string{},
 		pending:        map[string]struct{}{},
 		protoCount:     map[string]int{},
-		pendSync:       map[string]struct{}{},
 		offsets:        map[topicPartition]offsetEntry{},
 		pendingCommits: map[topicPartition]int{},
 		inflight:       map[uint64]persistOp{},
@@ -404,7 +403,7 @@ func (g *Group) removePendingSync(id string, fx *Effects) {
 	}
 	delete(g.pendSync, id)
 	if len(g.pendSync) == 0 {
-		g.pendSync = map[string]struct{}{} // a map keeps its size: drop it
+		g.pendSync = nil // a map keeps its size: drop it
 	}
 	if len(g.pendSync) == 0 && g.syncArmed {
 		g.syncArmed = false

@@ -260,7 +260,7 @@ func (g *Group) prepareRebalance(now time.Time, fx *Effects) {
 			}
 		}
 	}
-	g.pendSync = map[string]struct{}{} // not clear: a map keeps its size
+	g.pendSync = nil // not clear: a map keeps its size
 	if g.syncArmed {
 		g.syncArmed = false
 		fx.cancel(TimerSync, "")
@@ -343,7 +343,8 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 	}
 	g.generation = max(g.generation, g.floor) + 1
 	g.floor = g.generation
-	g.pendSync = map[string]struct{}{} // not clear: a map keeps its size
+	// Every member is pending until it syncs: sized once, not grown.
+	g.pendSync = make(map[string]struct{}, len(g.members))
 	if len(g.members) == 0 {
 		g.protocolName = nil
 		g.subscribed, g.subscribedKnown = nil, false
