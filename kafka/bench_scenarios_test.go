@@ -163,10 +163,15 @@ func BenchmarkFormation(b *testing.B) {
 				defer fmt.Fprintln(s.stdin, "stop")
 			}
 			var took, cpu time.Duration
+			var gens int64
+			j0, s0, h0 := formRequests.joins.Load(), formRequests.syncs.Load(), formRequests.heartbeats.Load()
 			for range b.N {
 				cpu0 := s.cpu()
 				ms, start := formGroups(b, s.addr, fmt.Sprintf("form%d", formRuns.Add(1)), groups, formMembers, parallel)
 				cpu += s.cpu() - cpu0
+				for i := 0; i < len(ms); i += formMembers {
+					gens += int64(ms[i].gen)
+				}
 				var last time.Time
 				for _, m := range ms {
 					if m.synced.After(last) {
@@ -177,6 +182,12 @@ func BenchmarkFormation(b *testing.B) {
 			}
 			b.ReportMetric(float64(groups*b.N)/took.Seconds(), "groups/s")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(groups*b.N), "server-cpu-µs/group")
+			// What each group took: generations to its last, and requests.
+			per := func(n int64) float64 { return float64(n) / float64(groups*b.N) }
+			b.ReportMetric(per(gens), "generations/group")
+			b.ReportMetric(per(formRequests.joins.Load()-j0), "joins/group")
+			b.ReportMetric(per(formRequests.syncs.Load()-s0), "syncs/group")
+			b.ReportMetric(per(formRequests.heartbeats.Load()-h0), "heartbeats/group")
 		})
 		s.stop()
 	}

@@ -386,6 +386,10 @@ type member struct {
 	synced time.Time
 }
 
+// formRequests counts the requests joinGroup sends, so that a formation
+// benchmark can show how many each group took on each server.
+var formRequests struct{ joins, syncs, heartbeats atomic.Int64 }
+
 // joinPoll is how long a synced member waits between heartbeats while it
 // waits for the rest of its group to sync in the same generation.
 const joinPoll = 10 * time.Millisecond
@@ -424,6 +428,7 @@ func joinGroup(conns []*pconn, group string) ([]member, error) {
 				p := kmsg.NewJoinGroupRequestProtocol()
 				p.Name, p.Metadata = "range", meta.AppendTo(nil)
 				j.Protocols = append(j.Protocols, p)
+				formRequests.joins.Add(1)
 				r, err := c.do(j)
 				if err != nil {
 					errs[i] = err
@@ -452,6 +457,7 @@ func joinGroup(conns []*pconn, group string) ([]member, error) {
 						s.GroupAssignment = append(s.GroupAssignment, ga)
 					}
 				}
+				formRequests.syncs.Add(1)
 				r, err = c.do(s)
 				if err != nil {
 					errs[i] = err
@@ -473,6 +479,7 @@ func joinGroup(conns []*pconn, group string) ([]member, error) {
 					h := kmsg.NewPtrHeartbeatRequest()
 					h.SetVersion(3)
 					h.Group, h.Generation, h.MemberID = group, jr.Generation, id
+					formRequests.heartbeats.Add(1)
 					r, err := c.do(h)
 					if err != nil {
 						errs[i] = err
