@@ -32,10 +32,26 @@ import (
 // more.
 const kafkajsRetries = 20
 
+// librdkafkaBackoffMax is the librdkafka consumers' reconnect.backoff.max.ms
+// (Java's default; librdkafka's is 10 s). librdkafka doubles a broker's
+// reconnect backoff at every connection attempt and resets it only after
+// reconnect.backoff.max.ms without one, so with a leader killed every 7-20 s
+// its wait to reconnect to the next coordinator, a node it dialled a few
+// seconds before, reached 10 s, and the consumer timed a 10 s session out
+// (and lost its partitions) before it got there.
+const librdkafkaBackoffMax = 1000
+
 const (
 	rcMembers    = 3
 	rcPartitions = 6
-	rcSession    = 10 * time.Second
+	// rcSession is the consumers' session timeout. 10 s was too short for
+	// the clients' own recovery on this machine (two cores, 15 client
+	// processes, three nodes, the race detector): librdkafka and franz-go
+	// each took up to 10 s, now and then, to reach the next coordinator
+	// after back-to-back leader kills, and librdkafka then timed its own
+	// session out and lost its partitions, whatever the coordinator did.
+	// Kafka's default is 45 s.
+	rcSession = 30 * time.Second
 )
 
 var (
@@ -110,7 +126,7 @@ func startClientGroup(t *testing.T, c *Cluster, conns *Conns, fam clients.Family
 	}
 	for i := range rcMembers {
 		id := fmt.Sprintf("%s-%d", fam.Name, i)
-		cfg := clients.Config{Bootstrap: c.KafkaAddrs(), Group: g.name, Topic: g.topic, ClientID: id, Partitions: rcPartitions, Session: rcSession, Env: []string{"KAFKAJS_LOG=info", "KAFKAJS_RETRIES=" + strconv.Itoa(kafkajsRetries)}}
+		cfg := clients.Config{Bootstrap: c.KafkaAddrs(), Group: g.name, Topic: g.topic, ClientID: id, Partitions: rcPartitions, Session: rcSession, Env: []string{"KAFKAJS_LOG=info", "KAFKAJS_RETRIES=" + strconv.Itoa(kafkajsRetries), "RECONNECT_BACKOFF_MAX_MS=" + strconv.Itoa(librdkafkaBackoffMax)}}
 		if dir := os.Getenv("COHORT_CLUSTER_LOG_DIR"); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)

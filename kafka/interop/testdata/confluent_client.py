@@ -22,7 +22,8 @@ conf = {
     "client.id": env["CLIENT_ID"],
     "session.timeout.ms": int(env["SESSION_MS"]),
     "heartbeat.interval.ms": 500,
-    "max.poll.interval.ms": 10000,
+    # librdkafka requires max.poll.interval.ms >= session.timeout.ms.
+    "max.poll.interval.ms": max(10000, int(env["SESSION_MS"])),
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",
     "partition.assignment.strategy": env.get("ASSIGNOR", "range"),
@@ -49,6 +50,8 @@ if env.get("SSL_CA_FILE"):
     conf["ssl.ca.location"] = env["SSL_CA_FILE"]
 if env.get("INSTANCE_ID"):
     conf["group.instance.id"] = env["INSTANCE_ID"]
+if env.get("RECONNECT_BACKOFF_MAX_MS"):
+    conf["reconnect.backoff.max.ms"] = int(env["RECONNECT_BACKOFF_MAX_MS"])
 
 owned = set()
 

@@ -63,7 +63,7 @@ consumer = KafkaConsumer(
     client_id=env["CLIENT_ID"],
     session_timeout_ms=int(env["SESSION_MS"]),
     heartbeat_interval_ms=500,
-    max_poll_interval_ms=10000,
+    max_poll_interval_ms=max(10000, int(env["SESSION_MS"])),
     enable_auto_commit=False,
     auto_offset_reset="earliest",
 )
