@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/internal/testnode"
 	"github.com/cohort-coord/cohort/node"
 	securitypb "github.com/cohort-coord/cohort/proto/cohort/security/v1"
 	"github.com/cohort-coord/cohort/security"
@@ -61,11 +61,7 @@ func BenchmarkSecurityCost(b *testing.B) {
 
 func startSecureNode(b *testing.B, sasl, acls bool) *node.Node {
 	b.Helper()
-	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RemoteAddr = b.TempDir(), ""
-	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
-	cfg.Raft.RaftAddr = "127.0.0.1:0"
-	cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg := testnode.Config(b)
 	cfg.MetricsOff = true
 	proto := security.Plaintext
 	if sasl {
@@ -73,13 +69,7 @@ func startSecureNode(b *testing.B, sasl, acls bool) *node.Node {
 	}
 	cfg.Security.Listeners = []security.Listener{{Protocol: proto, Addr: "127.0.0.1:0"}}
 	cfg.Security.Authorizer = acls
-	n, err := node.Start(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := n.WaitActive(20 * time.Second); err != nil {
-		b.Fatal(err)
-	}
+	n := testnode.Start(b, cfg)
 	ctx := context.Background()
 	if err := n.Topics().Propose(ctx, catalog.CreateTopic{Name: "bench", ID: catalog.NewTopicID(), Partitions: 1}); err != nil {
 		b.Fatal(err)

@@ -22,15 +22,8 @@ func TestACLsOnCertificateAndSASLPrincipals(t *testing.T) {
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, "cohort test CA")
 	sf := ca.Issue(t, testcerts.Options{CommonName: "node1"}).Write(t, dir, "server", ca)
-	src, err := tlsconfig.Load(tlsconfig.Files{CertFile: sf.Cert, KeyFile: sf.Key, CAFile: sf.CA}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf := ca.Issue(t, testcerts.Options{CommonName: "carol"}).Write(t, dir, "carol", ca)
-	carol, err := tlsconfig.Load(tlsconfig.Files{CertFile: cf.Cert, KeyFile: cf.Key, CAFile: cf.CA}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := sf.Load(t)
+	carol := ca.Issue(t, testcerts.Options{CommonName: "carol"}).Write(t, dir, "carol", ca).Load(t)
 	store := security.NewStore()
 	addUser(t, store, aliceUser, alicePass)
 	for _, p := range []string{"User:carol", "User:alice"} {

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"reflect"
 	"testing"
@@ -13,28 +12,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/cohort-coord/cohort/internal/testnode"
 	"github.com/cohort-coord/cohort/kafka"
-	"github.com/cohort-coord/cohort/node"
 )
 
 // TestWalkAgainstNode sends every advertised API version to a real node
 // (coordinator + listener) and checks that each answer decodes at that
 // version and carries no UNSUPPORTED_VERSION or UNKNOWN_SERVER_ERROR.
 func TestWalkAgainstNode(t *testing.T) {
-	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), "" // no native API: one protoactor remote per process at most
-	cfg.Kafka.Addr = "127.0.0.1:0"
-	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
-	cfg.Raft.RaftAddr = "127.0.0.1:0"
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	n, err := node.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	if err := n.WaitActive(20 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	n := testnode.Start(t, testnode.Config(t))
 	nc, err := net.Dial("tcp", n.KafkaAddr())
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package kafka_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohort-coord/cohort/internal/testcerts"
+	"github.com/cohort-coord/cohort/internal/testnode"
 	"github.com/cohort-coord/cohort/node"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
@@ -36,32 +36,17 @@ func BenchmarkTLS(b *testing.B) {
 	testcerts.WriteFile(b, dir+"/ca.crt", ca.PEM)
 	sf := ca.Issue(b, testcerts.Options{CommonName: "node1"}).Write(b, dir, "node1", nil)
 	cf := ca.Issue(b, testcerts.Options{CommonName: "bench"}).Write(b, dir, "bench", nil)
-	client, err := tlsconfig.Load(tlsconfig.Files{CertFile: cf.Cert, KeyFile: cf.Key, CAFile: dir + "/ca.crt"}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	client := cf.Load(b)
 	modes := []string{"plaintext", "tls"}
 	benches := map[string]*tlsBench{}
 	for _, mode := range modes {
-		cfg := node.DefaultConfig()
-		cfg.DataDir, cfg.RemoteAddr = b.TempDir(), ""
-		cfg.Kafka.Addr, cfg.Raft.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
-		cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg := testnode.Config(b)
 		var opts []kgo.Opt
 		if mode == "tls" {
-			cfg.TLS = node.TLSConfig{Files: tlsconfig.Files{CertFile: sf.Cert, KeyFile: sf.Key, CAFile: dir + "/ca.crt"}, Kafka: true, KafkaClientAuth: tlsconfig.ClientAuthRequire}
+			cfg.TLS = node.TLSConfig{Files: sf.TLSFiles(), Kafka: true, KafkaClientAuth: tlsconfig.ClientAuthRequire}
 			opts = append(opts, kgo.DialTLSConfig(client.Client("")))
 		}
-		n, err := node.Start(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer n.Close()
-		if err := n.WaitActive(30 * time.Second); err != nil {
-			b.Fatal(err)
-		}
-		bc := newTLSBench(b, n.KafkaAddr(), opts)
+		bc := newTLSBench(b, testnode.Start(b, cfg).KafkaAddr(), opts)
 		defer bc.close()
 		benches[mode] = bc
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"github.com/cohort-coord/cohort/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cohort-coord/cohort/internal/testlog"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -37,15 +38,8 @@ func startTLS(t testing.TB, auth tlsconfig.ClientAuth) *tlsFixture {
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, "cohort test CA")
 	sf := ca.Issue(t, testcerts.Options{CommonName: "node1"}).Write(t, dir, "server", ca)
-	src, err := tlsconfig.Load(tlsconfig.Files{CertFile: sf.Cert, KeyFile: sf.Key, CAFile: sf.CA}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf := ca.Issue(t, testcerts.Options{CommonName: "alice"}).Write(t, dir, "alice", ca)
-	client, err := tlsconfig.Load(tlsconfig.Files{CertFile: cf.Cert, KeyFile: cf.Key, CAFile: cf.CA}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := sf.Load(t)
+	client := ca.Issue(t, testcerts.Options{CommonName: "alice"}).Write(t, dir, "alice", ca).Load(t)
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.NodeID = 1
@@ -174,11 +168,7 @@ func TestRequiredClientCertificates(t *testing.T) {
 	load := func(c *testcerts.Cert, name string) *tls.Config {
 		f := c.Write(t, fx.dir, name, nil)
 		f.CA = fx.dir + "/ca.crt"
-		src, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return src.Client("localhost")
+		return f.Load(t).Client("localhost")
 	}
 	cases := map[string]*tls.Config{
 		"no certificate": {RootCAs: fx.ca.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS12},

@@ -1,9 +1,7 @@
 package raftfsm
 
 import (
-	"cmp"
 	"errors"
-	"slices"
 	"strconv"
 	"sync"
 
@@ -56,7 +54,7 @@ type heldCache struct {
 // lastCommand returns the index of the last command entry at or below index
 // and above the last snapshot, or 0 when there is none.
 func (n *Node) lastCommand(index uint64) (uint64, error) {
-	snap, err := strconv.ParseUint(n.Raft.Stats()["last_snapshot_index"], 10, 64)
+	snap, err := n.lastSnapshotIndex()
 	if err != nil {
 		return 0, err
 	}
@@ -73,6 +71,12 @@ func (n *Node) lastCommand(index uint64) (uint64, error) {
 		}
 	}
 	return 0, nil
+}
+
+// lastSnapshotIndex is the index of the snapshot raft last took or
+// restored (hashicorp/raft tells it only in Stats).
+func (n *Node) lastSnapshotIndex() (uint64, error) {
+	return strconv.ParseUint(n.Raft.Stats()["last_snapshot_index"], 10, 64)
 }
 
 // LoggedNodes returns the node registry as this node's own log has it when
@@ -92,7 +96,7 @@ func (n *Node) readLoggedNodes() error {
 	for _, r := range n.FSM.Nodes() {
 		nodes[r.GetNodeId()] = r
 	}
-	snap, err := strconv.ParseUint(n.Raft.Stats()["last_snapshot_index"], 10, 64)
+	snap, err := n.lastSnapshotIndex()
 	if err != nil {
 		return err
 	}
@@ -132,11 +136,6 @@ func (n *Node) readLoggedNodes() error {
 			}
 		}
 	}
-	out := make([]*raftpb.NodeRegister, 0, len(nodes))
-	for _, r := range nodes {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, func(a, b *raftpb.NodeRegister) int { return cmp.Compare(a.GetNodeId(), b.GetNodeId()) })
-	n.logged = out
+	n.logged = sortedNodes(nodes)
 	return nil
 }

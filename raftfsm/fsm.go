@@ -233,12 +233,13 @@ func (f *FSM) Node(id string) (*raftpb.NodeRegister, bool) {
 func (f *FSM) Nodes() []*raftpb.NodeRegister {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.sortedNodes()
+	return sortedNodes(f.nodes)
 }
 
-func (f *FSM) sortedNodes() []*raftpb.NodeRegister {
-	out := make([]*raftpb.NodeRegister, 0, len(f.nodes))
-	for _, n := range f.nodes {
+// sortedNodes returns the registrations of nodes, sorted by node id.
+func sortedNodes(nodes map[string]*raftpb.NodeRegister) []*raftpb.NodeRegister {
+	out := make([]*raftpb.NodeRegister, 0, len(nodes))
+	for _, n := range nodes {
 		out = append(out, n)
 	}
 	slices.SortFunc(out, func(a, b *raftpb.NodeRegister) int { return cmp.Compare(a.GetNodeId(), b.GetNodeId()) })
@@ -266,7 +267,7 @@ func (f *FSM) Groups() ([]string, error) {
 // records stay as captured after the lock is released. Caller holds f.mu.
 func (f *FSM) capture() []snapRecord {
 	var out []snapRecord
-	for _, n := range f.sortedNodes() {
+	for _, n := range sortedNodes(f.nodes) {
 		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}}})
 	}
 	for _, t := range f.catalog.Snapshot() {

@@ -3,13 +3,14 @@ package raftfsm
 import (
 	"context"
 	"errors"
-	"github.com/cohort-coord/cohort/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cohort-coord/cohort/internal/testlog"
 
 	"github.com/cohort-coord/cohort/internal/testcerts"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
@@ -26,11 +27,7 @@ func nodeCert(t testing.TB, dir string, ca, trust *testcerts.CA, id string, dnsN
 	f := ca.Issue(t, testcerts.Options{CommonName: id, DNSNames: dnsNames, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}}).Write(t, dir, id, nil)
 	f.CA = dir + "/" + id + "-ca.crt"
 	testcerts.WriteFile(t, f.CA, trust.PEM)
-	src, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src
+	return f.Load(t)
 }
 
 // proxy forwards every connection to target (a stand-in for the chaos

@@ -3,7 +3,6 @@ package tlsconfig_test
 import (
 	"context"
 	"crypto/tls"
-	"github.com/cohort-coord/cohort/internal/testlog"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohort-coord/cohort/internal/testlog"
+
 	"github.com/cohort-coord/cohort/internal/testcerts"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
@@ -23,7 +24,7 @@ func load(t *testing.T, f testcerts.Files, log io.Writer) *tlsconfig.Source {
 	if log == nil {
 		log = io.Discard
 	}
-	s, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}, slog.New(slog.NewTextHandler(log, nil)))
+	s, err := tlsconfig.Load(f.TLSFiles(), slog.New(slog.NewTextHandler(log, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package member_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/assignor"
 	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/internal/testnode"
 	"github.com/cohort-coord/cohort/node"
 	securitypb "github.com/cohort-coord/cohort/proto/cohort/security/v1"
 	"github.com/cohort-coord/cohort/security"
@@ -21,20 +21,9 @@ import (
 // A member over the Kafka transport authenticates with SCRAM, is assigned
 // its group's partitions and commits, where its ACLs allow.
 func TestKafkaTransportSASL(t *testing.T) {
-	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), ""
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
-	cfg.Raft.RaftAddr = "127.0.0.1:0"
+	cfg := testnode.Config(t)
 	cfg.Security = node.SecurityConfig{Listeners: []security.Listener{{Protocol: security.SASLPlaintext, Addr: "127.0.0.1:0"}}, Authorizer: true}
-	n, err := node.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	if err := n.WaitActive(20 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	n := testnode.Start(t, cfg)
 	ctx := context.Background()
 	if err := n.Topics().Propose(ctx, catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 3}); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package member_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/assignor"
 	"github.com/cohort-coord/cohort/internal/testcerts"
+	"github.com/cohort-coord/cohort/internal/testnode"
 	"github.com/cohort-coord/cohort/node"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
@@ -25,22 +25,11 @@ func TestKafkaTransportOverTLS(t *testing.T) {
 	testcerts.WriteFile(t, dir+"/ca.crt", ca.PEM)
 	sf := ca.Issue(t, testcerts.Options{CommonName: "node1"}).Write(t, dir, "node1", nil)
 	cf := ca.Issue(t, testcerts.Options{CommonName: "worker"}).Write(t, dir, "worker", nil)
-	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), ""
-	cfg.Kafka.Addr, cfg.Raft.RaftAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg := testnode.Config(t)
 	cfg.Kafka.DefaultPartitions = 4
-	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.TLS = node.TLSConfig{Files: tlsconfig.Files{CertFile: sf.Cert, KeyFile: sf.Key, CAFile: dir + "/ca.crt"}, Kafka: true, KafkaClientAuth: tlsconfig.ClientAuthRequire}
-	n, err := node.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	if err := n.WaitActive(30 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	tc, err := tlsconfig.ClientConfig(tlsconfig.Files{CertFile: cf.Cert, KeyFile: cf.Key, CAFile: dir + "/ca.crt"})
+	cfg.TLS = node.TLSConfig{Files: sf.TLSFiles(), Kafka: true, KafkaClientAuth: tlsconfig.ClientAuthRequire}
+	n := testnode.Start(t, cfg)
+	tc, err := tlsconfig.ClientConfig(cf.TLSFiles())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"github.com/cohort-coord/cohort/internal/testlog"
 	"maps"
 	"net"
 	"os"
@@ -19,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cohort-coord/cohort/internal/testlog"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -81,11 +82,7 @@ func (p *pki) issue(t *testing.T, ca *testcerts.CA, name string, dns ...string) 
 
 func (p *pki) source(t *testing.T, f testcerts.Files) *tlsconfig.Source {
 	t.Helper()
-	src, err := tlsconfig.Load(tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src
+	return f.Load(t)
 }
 
 func tlsArgs(f testcerts.Files) []string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -14,27 +13,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/cohort-coord/cohort/node"
+	"github.com/cohort-coord/cohort/internal/testnode"
 )
 
 // startNode runs a real coordinator (node + Kafka listener) in process.
 func startNode(t *testing.T) string {
 	t.Helper()
-	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RemoteAddr = t.TempDir(), "" // no native API: one protoactor remote per process at most
-	cfg.Kafka.Addr = "127.0.0.1:0"
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
-	cfg.Raft.RaftAddr = "127.0.0.1:0"
-	n, err := node.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	if err := n.WaitActive(20 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	return n.KafkaAddr()
+	return testnode.Start(t, testnode.Config(t)).KafkaAddr()
 }
 
 func ctl(t *testing.T, addr string, args ...string) (string, string, int) {

@@ -3,13 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cohort-coord/cohort/internal/testnode"
 	"github.com/cohort-coord/cohort/node"
 	"github.com/cohort-coord/cohort/security"
 )
@@ -23,24 +23,12 @@ func TestUsersAndACLs(t *testing.T) {
 	if err := os.WriteFile(users, []byte("admin:admin-pw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := node.DefaultConfig()
-	cfg.DataDir, cfg.RemoteAddr = filepath.Join(dir, "data"), ""
-	cfg.Logger = slog.New(slog.DiscardHandler)
-	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
-	cfg.Raft.RaftAddr = "127.0.0.1:0"
+	cfg := testnode.Config(t)
 	cfg.Security = node.SecurityConfig{
 		Listeners:  []security.Listener{{Protocol: security.SASLPlaintext, Addr: "127.0.0.1:0"}},
 		Authorizer: true, SuperUsers: []security.Principal{security.User("admin")}, ScramUsersFile: users,
 	}
-	n, err := node.Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	if err := n.WaitActive(20 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	addr := n.KafkaAddr()
+	addr := testnode.Start(t, cfg).KafkaAddr()
 	as := func(user, pass string, stdin string, args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
 		env := map[string]string{"COHORT_BOOTSTRAP": addr, "COHORT_SASL_MECHANISM": "SCRAM-SHA-512", "COHORT_SASL_USERNAME": user, "COHORT_SASL_PASSWORD": pass}

@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 // CA is a certificate authority.
@@ -152,6 +154,22 @@ func (c *Cert) TLS(t testing.TB) tls.Certificate {
 // Files are the paths of a certificate, its key and the CA that signed it.
 type Files struct {
 	Cert, Key, CA string
+}
+
+// TLSFiles returns the paths as tlsconfig takes them.
+func (f Files) TLSFiles() tlsconfig.Files {
+	return tlsconfig.Files{CertFile: f.Cert, KeyFile: f.Key, CAFile: f.CA}
+}
+
+// Load loads the files with tlsconfig.Load (without a log), failing t on an
+// error.
+func (f Files) Load(t testing.TB) *tlsconfig.Source {
+	t.Helper()
+	src, err := tlsconfig.Load(f.TLSFiles(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 // Write writes the certificate and key as name.crt and name.key, and the CA
