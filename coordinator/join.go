@@ -260,7 +260,7 @@ func (g *Group) prepareRebalance(now time.Time, fx *Effects) {
 			}
 		}
 	}
-	g.pendSync = nil // not clear: a map keeps its size
+	g.pendSync = nil // dropped, not cleared: a map keeps its size
 	if g.syncArmed {
 		g.syncArmed = false
 		fx.cancel(TimerSync, "")

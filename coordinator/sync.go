@@ -156,7 +156,7 @@ func (g *Group) onSyncTimer(now time.Time, fx *Effects) {
 		}
 		i++
 	}
-	g.pendSync = nil // not clear: a map keeps its size
+	g.pendSync = nil // dropped, not cleared: a map keeps its size
 	g.prepareRebalance(now, fx)
 	g.persistMembership(now, fx, &emptyGroupWrite{})
 }

@@ -437,7 +437,7 @@ func (n *Node) register() {
 // started (the FSM of a restarted node holds only its snapshot's
 // registry until a leader tells it what is committed).
 func (n *Node) registered() []*raftpb.NodeRegister {
-	if n.caughtUp == nil || n.caughtUp.Ready() {
+	if n.caughtUp.Ready() {
 		return n.raft.FSM.Nodes()
 	}
 	return n.raft.LoggedNodes()
