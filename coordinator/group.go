@@ -72,6 +72,25 @@ func (m *member) metadata(protocol string) []byte {
 	return nil
 }
 
+// shareProtocols returns the protocols of another member when they are
+// byte for byte the same as protocols, and protocols otherwise. Members of
+// one group usually send the same protocols (same assignors, same
+// subscription, no owned partitions in eager groups), and each idle member
+// would otherwise hold its own copy. Protocols are never changed in place,
+// so members can share them; the newest and the first member are compared,
+// which finds the common set without a scan of the group.
+func (g *Group) shareProtocols(protocols []*pb.Protocol) []*pb.Protocol {
+	if len(g.order) == 0 || len(protocols) == 0 {
+		return protocols
+	}
+	for _, o := range [2]*member{g.order[len(g.order)-1], g.order[0]} {
+		if len(o.protocols) > 0 && &o.protocols[0] != &protocols[0] && o.matches(protocols) {
+			return o.protocols
+		}
+	}
+	return protocols
+}
+
 // matches is Kafka's byte-exact, order-sensitive protocol comparison.
 func (m *member) matches(protocols []*pb.Protocol) bool {
 	if len(protocols) != len(m.protocols) {
@@ -337,6 +356,7 @@ func (g *Group) addMember(m *member) {
 	if g.leader == "" {
 		g.leader = m.id
 	}
+	m.protocols = g.shareProtocols(m.protocols)
 	g.members[m.id] = m
 	g.order = append(g.order, m)
 	for _, p := range m.protocols {

@@ -37,7 +37,8 @@ func joinTimeouts(cfg *Config, req *pb.JoinGroupRequest) (session, rebalance tim
 // the member lives, without copying them: the caller hands them over and
 // must not change them afterwards, and should not let their metadata share
 // a buffer much larger than itself (the Kafka listener gives each request
-// protocols of their own).
+// protocols of their own). A member whose protocols equal another member's
+// keeps that member's instead (shareProtocols).
 func (g *Group) Join(now time.Time, req *pb.JoinGroupRequest, newID string, to ReplyTo, fx *Effects) {
 	g.guardOnJoin(now, req, fx)
 	memberID := req.GetMemberId()
@@ -241,7 +242,7 @@ func (g *Group) setProtocols(m *member, protocols []*pb.Protocol) {
 	for _, p := range m.protocols {
 		g.decProto(p.GetName())
 	}
-	m.protocols = protocols
+	m.protocols = g.shareProtocols(protocols)
 	for _, p := range protocols {
 		g.protoCount[p.GetName()]++
 	}

@@ -538,3 +538,41 @@ func TestGroupMaxSize(t *testing.T) {
 		}
 	})
 }
+
+// Members that send the same protocols share one copy; a member whose
+// protocols differ keeps its own, and changing one member's protocols
+// leaves the others' as they were.
+func TestMembersShareEqualProtocols(t *testing.T) {
+	h := newHarness(t)
+	meta := func(b byte) []*pb.Protocol {
+		return []*pb.Protocol{{Name: "range", Metadata: []byte{0, 1, b}}, {Name: "roundrobin", Metadata: []byte{0, 1, b}}}
+	}
+	for i := range 3 {
+		h.join(&pb.JoinGroupRequest{ClientId: fmt.Sprintf("c%d", i), Protocols: meta(1)})
+	}
+	h.join(&pb.JoinGroupRequest{ClientId: "odd", Protocols: meta(2)})
+	ms := h.g.order
+	if len(ms) != 4 {
+		t.Fatalf("%d members, want 4", len(ms))
+	}
+	same := func(a, b *member) bool { return &a.protocols[0] == &b.protocols[0] }
+	if !same(ms[0], ms[1]) || !same(ms[0], ms[2]) {
+		t.Fatal("members with equal protocols hold copies of their own")
+	}
+	if same(ms[0], ms[3]) || ms[3].protocols[0].GetMetadata()[2] != 2 {
+		t.Fatalf("the member with other protocols shares: %v", ms[3].protocols)
+	}
+	// The first member rejoins with new metadata: the others keep theirs.
+	h.join(&pb.JoinGroupRequest{ClientId: "c0", MemberId: ms[0].id, Protocols: meta(3)})
+	if got := ms[0].protocols[0].GetMetadata()[2]; got != 3 {
+		t.Fatalf("rejoined member's metadata ends in %d, want 3", got)
+	}
+	for _, m := range ms[1:3] {
+		if got := m.protocols[0].GetMetadata()[2]; got != 1 || len(m.protocols) != 2 {
+			t.Fatalf("member %s's protocols changed with another's: %v", m.id, m.protocols)
+		}
+	}
+	if got := h.g.protoCount["range"]; got != 4 {
+		t.Fatalf("protocol count %d, want 4", got)
+	}
+}
