@@ -34,6 +34,10 @@ const HistoryLength = 16
 type Observer struct {
 	mu     sync.Mutex
 	groups map[string]*GroupView
+	// describe asks a group for its DescribeGroups answer (nil when it
+	// cannot be had); Start sets it to go through the Service the Observer
+	// was given to. Unset, views have no members.
+	describe func(id string) *pb.DescribeGroupResponse
 
 	rebalances  *prometheus.CounterVec
 	durations   *prometheus.HistogramVec
@@ -49,11 +53,13 @@ type GroupView struct {
 	ProtocolType string
 	Protocol     string
 	Generation   int32
-	// MemberCount is the number of members now; Members is as of the last
-	// change of state or generation (a join storm does not rebuild it per
-	// join).
+	// MemberCount is the number of members now.
 	MemberCount int
-	Members     []MemberView
+	// Members is filled on read: Observer.Group asks the group itself for
+	// them (a DescribeGroups answer, so assignments only while Stable),
+	// sorted by member id; Observer.Groups leaves it nil. The Observer does not keep them, as a list of every
+	// member of every group would be most of what each idle member costs.
+	Members []MemberView
 	// History holds the most recent rebalances, oldest first.
 	History []Rebalance
 }
@@ -66,8 +72,7 @@ type MemberView struct {
 	ClientHost string
 	// assignment is the member's consumer-protocol assignment as the
 	// coordinator holds it (shared, never changed in place); nil for other
-	// protocols. A view of every member of every group is kept, so it is
-	// decoded only when asked for.
+	// protocols. It is decoded only when asked for.
 	assignment []byte
 }
 
@@ -101,9 +106,10 @@ type Rebalance struct {
 	Joined     []string // member ids new in this generation
 	Left       []string // member ids of the previous generation gone
 	Moved      []Move
-	// The members themselves are not kept per generation: the view holds
-	// the current ones, and a history of 16 member lists per group would
-	// cost more than the members do.
+	// The members themselves are not kept per generation: a history of 16
+	// member lists per group would cost more than the members do. Joined,
+	// Left and Moved are allocated at their exact length, as they are kept
+	// until the entry leaves the history.
 }
 
 // Duration is how long the rebalance took.
@@ -149,7 +155,8 @@ func NewObserver(reg prometheus.Registerer) *Observer {
 	return o
 }
 
-// Groups returns copies of every group's view, sorted by id.
+// Groups returns copies of every group's view, sorted by id, without their
+// members (MemberCount counts them).
 func (o *Observer) Groups() []GroupView {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -161,15 +168,40 @@ func (o *Observer) Groups() []GroupView {
 	return out
 }
 
-// Group returns a copy of one group's view.
+// Group returns a copy of one group's view with its members, which it asks
+// the group for.
 func (o *Observer) Group(id string) (GroupView, bool) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	g, ok := o.groups[id]
+	_, ok := o.groups[id]
+	describe := o.describe
+	o.mu.Unlock()
 	if !ok {
 		return GroupView{}, false
 	}
-	return *g, true
+	// Not under the lock: the group actor may run on this goroutine and
+	// take it to update its view.
+	var members []MemberView
+	if describe != nil {
+		members = membersOf(describe(id))
+	}
+	// The view is read after the answer, so it has caught up with every
+	// input the group handled before describing itself.
+	o.mu.Lock()
+	g, ok := o.groups[id]
+	o.mu.Unlock()
+	if !ok {
+		return GroupView{}, false
+	}
+	v := *g
+	v.Members = members
+	return v, true
+}
+
+// describeWith makes Group read members through svc.
+func (o *Observer) describeWith(svc *Service) {
+	o.mu.Lock()
+	o.describe = svc.describe
+	o.mu.Unlock()
 }
 
 func (o *Observer) forget(id string) {
@@ -223,8 +255,19 @@ type tracker struct {
 	rebalancing bool
 	started     time.Time
 	startCause  string
-	// last is the membership of the last generation recorded.
-	last []MemberView
+	// last is the membership of the last generation recorded, sorted by
+	// member id: the baseline of the next rebalance's Joined, Left and
+	// Moved. It keeps only what that diff reads.
+	last []memberAssignment
+}
+
+// memberAssignment is a member as the next rebalance's diff needs it: its
+// id and its consumer-protocol assignment (both shared with the
+// coordinator, never changed in place; nil for other protocols). It is 40
+// bytes where a MemberView is 88, and one is kept per member of every group.
+type memberAssignment struct {
+	id         string
+	assignment []byte
 }
 
 // causeOf is the cause a request would give a rebalance it starts.
@@ -322,20 +365,21 @@ func (a *groupActor) publishView() {
 		return
 	}
 	d := a.g.Describe()
-	view := GroupView{MemberCount: n, ID: a.id, State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: d.GetProtocolData(), Generation: gen, Members: membersOf(d)}
+	view := GroupView{MemberCount: n, ID: a.id, State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: d.GetProtocolData(), Generation: gen}
 	var done *Rebalance
 	if t.rebalancing && (st == coordinator.Stable || st == coordinator.Empty) {
 		t.rebalancing = false
 		r := Rebalance{Generation: gen, State: st.String(), Cause: t.startCause, Started: t.started, Completed: now}
-		r.Joined, r.Left = diffMembers(t.last, view.Members)
-		r.Moved = moves(t.last, view.Members)
-		t.last = view.Members
+		cur := baselineOf(d)
+		r.Joined, r.Left = diffMembers(t.last, cur)
+		r.Moved = moves(t.last, cur)
+		t.last = cur
 		done = &r
 		o.rebalances.WithLabelValues(r.Cause).Inc()
 		o.durations.WithLabelValues(r.Cause).Observe(r.Duration().Seconds())
 	}
 	if !t.seen && !inRebalance {
-		t.last = view.Members // loaded: the generation it had is the baseline
+		t.last = baselineOf(d) // loaded: the generation it had is the baseline
 	}
 	t.seen, t.state, t.generation, t.members = true, st, gen, n
 	o.mu.Lock()
@@ -354,6 +398,8 @@ func (a *groupActor) publishView() {
 	o.mu.Unlock()
 }
 
+// membersOf lists a DescribeGroups answer's members, sorted by member id,
+// with their assignments for the consumer protocol (nil d: none).
 func membersOf(d *pb.DescribeGroupResponse) []MemberView {
 	out := make([]MemberView, 0, len(d.GetMembers()))
 	for _, m := range d.GetMembers() {
@@ -367,23 +413,54 @@ func membersOf(d *pb.DescribeGroupResponse) []MemberView {
 	return out
 }
 
-func diffMembers(prev, cur []MemberView) (joined, left []string) {
-	ids := func(ms []MemberView) map[string]bool {
-		s := map[string]bool{}
-		for _, m := range ms {
-			s[m.MemberID] = true
+// baselineOf is what the next diff needs of a DescribeGroups answer's
+// members: ids and consumer-protocol assignments, sorted by id.
+func baselineOf(d *pb.DescribeGroupResponse) []memberAssignment {
+	out := make([]memberAssignment, 0, len(d.GetMembers()))
+	for _, m := range d.GetMembers() {
+		ma := memberAssignment{id: m.GetMemberId()}
+		if d.GetProtocolType() == "consumer" && len(m.GetAssignment()) > 0 {
+			ma.assignment = m.GetAssignment()
 		}
-		return s
+		out = append(out, ma)
 	}
-	p, c := ids(prev), ids(cur)
-	for _, m := range cur {
-		if !p[m.MemberID] {
-			joined = append(joined, m.MemberID)
+	slices.SortFunc(out, func(a, b memberAssignment) int { return cmp.Compare(a.id, b.id) })
+	return out
+}
+
+// diffMembers returns the ids in cur but not in prev (joined) and in prev
+// but not in cur (left), in id order; both lists are sorted by id. The two
+// are counted first, so that each is allocated at its length (nil when
+// empty).
+func diffMembers(prev, cur []memberAssignment) (joined, left []string) {
+	both := 0
+	for i, j := 0, 0; i < len(prev) && j < len(cur); {
+		switch c := cmp.Compare(prev[i].id, cur[j].id); {
+		case c < 0:
+			i++
+		case c > 0:
+			j++
+		default:
+			both++
+			i, j = i+1, j+1
 		}
 	}
-	for _, m := range prev {
-		if !c[m.MemberID] {
-			left = append(left, m.MemberID)
+	if n := len(cur) - both; n > 0 {
+		joined = make([]string, 0, n)
+	}
+	if n := len(prev) - both; n > 0 {
+		left = make([]string, 0, n)
+	}
+	for i, j := 0, 0; i < len(prev) || j < len(cur); {
+		switch {
+		case j == len(cur) || i < len(prev) && prev[i].id < cur[j].id:
+			left = append(left, prev[i].id)
+			i++
+		case i == len(prev) || cur[j].id < prev[i].id:
+			joined = append(joined, cur[j].id)
+			j++
+		default:
+			i, j = i+1, j+1
 		}
 	}
 	return joined, left
@@ -394,21 +471,47 @@ type topicPartition struct {
 	partition int32
 }
 
-func owners(ms []MemberView) map[topicPartition]string {
+// owners maps every assigned partition to its member (an assignment that
+// does not decode owns nothing).
+func owners(ms []memberAssignment) map[topicPartition]string {
 	out := map[topicPartition]string{}
 	for _, m := range ms {
-		for t, ps := range m.Assignment() {
-			for _, p := range ps {
-				out[topicPartition{t, p}] = m.MemberID
+		if len(m.assignment) == 0 {
+			continue
+		}
+		as, err := assignor.DecodeAssignment(m.assignment)
+		if err != nil {
+			continue
+		}
+		for _, tp := range as.Topics {
+			for _, p := range tp.Partitions {
+				out[topicPartition{tp.Topic, p}] = m.id
 			}
 		}
 	}
 	return out
 }
 
-func moves(prev, cur []MemberView) []Move {
+// moves lists the partitions whose owner changed from prev to cur, sorted
+// by topic and partition. They are counted first, so that the list is
+// allocated at its length (nil when empty).
+func moves(prev, cur []memberAssignment) []Move {
 	before, after := owners(prev), owners(cur)
-	var out []Move
+	n := 0
+	for tp, to := range after {
+		if before[tp] != to {
+			n++
+		}
+	}
+	for tp := range before {
+		if _, ok := after[tp]; !ok {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]Move, 0, n)
 	for tp, to := range after {
 		if from := before[tp]; from != to {
 			out = append(out, Move{Topic: tp.topic, Partition: tp.partition, From: from, To: to})

@@ -1,8 +1,11 @@
 package actors
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,14 +104,115 @@ cohort_group_members 1
 	})
 }
 
-func TestMovesAndMembershipDiff(t *testing.T) {
-	prev := []MemberView{
-		{MemberID: "a", assignment: encodeAssignment(t, "t", 0, 1)},
-		{MemberID: "b", assignment: encodeAssignment(t, "t", 2)},
+// syncAll sends every member's SyncGroup at once, the leader's with
+// assignments (member id to encoded assignment), and checks each member
+// gets its own.
+func syncAll(t *testing.T, svc *Service, group string, gen int32, leader string, assignments map[string][]byte) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for id, want := range assignments {
+		wg.Go(func() {
+			req := &pb.SyncGroupRequest{GroupId: group, GenerationId: gen, MemberId: id}
+			if id == leader {
+				for m, a := range assignments {
+					req.Assignments = append(req.Assignments, &pb.SyncGroupAssignment{MemberId: m, Assignment: a})
+				}
+			}
+			if r := ask[*pb.SyncGroupResponse](t, svc, req); r.ErrorCode != coordinator.ErrNone || !bytes.Equal(r.Assignment, want) {
+				t.Errorf("sync %s: %v", id, r)
+			}
+		})
 	}
-	cur := []MemberView{
-		{MemberID: "a", assignment: encodeAssignment(t, "t", 0)},
-		{MemberID: "c", assignment: encodeAssignment(t, "t", 2, 1)},
+	wg.Wait()
+}
+
+// The view keeps no member list, yet Observer.Group lists the members with
+// their assignments (it asks the group), and the history entry of the
+// rebalance a leave caused has the right Joined, Left and Moved.
+func TestObserverGroupListsMembersAfterLeave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc, obs, _ := startObserved(t)
+		joins := joinAll(t, svc, "g", 3)
+		clients := map[string]string{} // member id to client id
+		ids := make([]string, len(joins))
+		for i, j := range joins {
+			if j == nil || j.ErrorCode != coordinator.ErrNone || j.GenerationId != 1 {
+				t.Fatalf("join %d: %v", i, j)
+			}
+			ids[i], clients[j.MemberId] = j.MemberId, fmt.Sprintf("c%d", i)
+		}
+		leader := joins[0].Leader
+		slices.Sort(ids)
+		a, b, c := ids[0], ids[1], ids[2]
+		syncAll(t, svc, "g", 1, leader, map[string][]byte{a: encodeAssignment(t, "t", 0), b: encodeAssignment(t, "t", 1), c: encodeAssignment(t, "t", 2)})
+		if g, ok := obs.Group("g"); !ok || g.State != "Stable" || len(g.Members) != 3 || fmt.Sprint(g.Members[2].Assignment()) != "map[t:[2]]" {
+			t.Fatalf("view after forming: %+v", g)
+		}
+
+		// c leaves; a and b join again and t/2 goes to a.
+		lv := ask[*pb.LeaveGroupResponse](t, svc, &pb.LeaveGroupRequest{GroupId: "g", Members: []*pb.MemberIdentity{{MemberId: c}}})
+		if lv.ErrorCode != coordinator.ErrNone {
+			t.Fatalf("leave: %v", lv)
+		}
+		var wg sync.WaitGroup
+		rejoins := map[string]*pb.JoinGroupResponse{}
+		var mu sync.Mutex
+		for _, id := range []string{a, b} {
+			wg.Go(func() {
+				r := ask[*pb.JoinGroupResponse](t, svc, joinReq("g", clients[id], id))
+				mu.Lock()
+				rejoins[id] = r
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		if r := rejoins[a]; r.ErrorCode != coordinator.ErrNone || r.GenerationId != 2 {
+			t.Fatalf("rejoin: %v", r)
+		}
+		syncAll(t, svc, "g", 2, rejoins[a].Leader, map[string][]byte{a: encodeAssignment(t, "t", 2, 0), b: encodeAssignment(t, "t", 1)})
+
+		g, ok := obs.Group("g")
+		if !ok || g.State != "Stable" || g.Generation != 2 || g.MemberCount != 2 || len(g.Members) != 2 {
+			t.Fatalf("view after the leave: %+v", g)
+		}
+		for i, want := range []struct{ id, assignment string }{{a, "map[t:[0 2]]"}, {b, "map[t:[1]]"}} {
+			m := g.Members[i]
+			if m.MemberID != want.id || m.ClientID != clients[want.id] || fmt.Sprint(m.Assignment()) != want.assignment {
+				t.Fatalf("member %d: %+v with %v, want %s (%s) with %s", i, m, m.Assignment(), want.id, clients[want.id], want.assignment)
+			}
+		}
+		if len(g.History) != 2 {
+			t.Fatalf("history of %d entries, want 2: %+v", len(g.History), g.History)
+		}
+		if first := g.History[0]; first.Cause != CauseJoin || !slices.Equal(first.Joined, ids) || first.Left != nil ||
+			!slices.Equal(first.Moved, []Move{{"t", 0, "", a}, {"t", 1, "", b}, {"t", 2, "", c}}) {
+			t.Fatalf("generation 1: %+v", first)
+		}
+		last := g.History[1]
+		if last.Generation != 2 || last.Cause != CauseLeave || last.State != "Stable" || last.Joined != nil || !slices.Equal(last.Left, []string{c}) ||
+			!slices.Equal(last.Moved, []Move{{"t", 2, c, a}}) {
+			t.Fatalf("generation 2: %+v", last)
+		}
+
+		// The group list does not describe the members; it counts them.
+		all := obs.Groups()
+		if len(all) != 1 || all[0].ID != "g" || all[0].MemberCount != 2 || all[0].Members != nil || len(all[0].History) != 2 {
+			t.Fatalf("groups: %+v", all)
+		}
+		if _, ok := obs.Group("nope"); ok {
+			t.Fatal("a view of a group never seen")
+		}
+	})
+}
+
+func TestMovesAndMembershipDiff(t *testing.T) {
+	prev := []memberAssignment{
+		{id: "a", assignment: encodeAssignment(t, "t", 0, 1)},
+		{id: "b", assignment: encodeAssignment(t, "t", 2)},
+	}
+	cur := []memberAssignment{
+		{id: "a", assignment: encodeAssignment(t, "t", 0)},
+		{id: "c", assignment: encodeAssignment(t, "t", 2, 1)},
 	}
 	joined, left := diffMembers(prev, cur)
 	if len(joined) != 1 || joined[0] != "c" || len(left) != 1 || left[0] != "b" {
@@ -118,6 +222,39 @@ func TestMovesAndMembershipDiff(t *testing.T) {
 	want := []Move{{"t", 1, "a", "c"}, {"t", 2, "b", "c"}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("moves %v, want %v", got, want)
+	}
+}
+
+// Joined, Left and Moved hold exactly their entries (no spare capacity kept
+// in the history), in id and partition order, and are nil when empty.
+func TestDiffListsAtTheirLength(t *testing.T) {
+	prev := []memberAssignment{
+		{id: "a", assignment: encodeAssignment(t, "t", 0)},
+		{id: "b", assignment: encodeAssignment(t, "t", 1)},
+		{id: "d", assignment: encodeAssignment(t, "t", 2)},
+		{id: "f"},
+	}
+	cur := []memberAssignment{
+		{id: "a", assignment: encodeAssignment(t, "t", 0, 2)},
+		{id: "c", assignment: encodeAssignment(t, "t", 1)},
+		{id: "e"},
+		{id: "g", assignment: encodeAssignment(t, "u", 0)},
+	}
+	joined, left := diffMembers(prev, cur)
+	if fmt.Sprint(joined) != "[c e g]" || cap(joined) != 3 || fmt.Sprint(left) != "[b d f]" || cap(left) != 3 {
+		t.Fatalf("joined %v (cap %d), left %v (cap %d)", joined, cap(joined), left, cap(left))
+	}
+	got := moves(prev, cur)
+	want := []Move{{"t", 1, "b", "c"}, {"t", 2, "d", "a"}, {"u", 0, "", "g"}}
+	if !slices.Equal(got, want) || cap(got) != len(want) {
+		t.Fatalf("moves %v (cap %d), want %v", got, cap(got), want)
+	}
+	if got := moves(cur, nil); fmt.Sprint(got) != "[{t 0 a } {t 1 c } {t 2 a } {u 0 g }]" || cap(got) != 4 {
+		t.Fatalf("moves when every member left: %v (cap %d)", got, cap(got))
+	}
+	joined, left = diffMembers(cur, cur)
+	if joined != nil || left != nil || moves(cur, cur) != nil {
+		t.Fatalf("no change gave joined %v, left %v, moves %v", joined, left, moves(cur, cur))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
 // ErrTimeout is returned by Call when no answer came in time.
@@ -31,7 +32,8 @@ type Options struct {
 	Clock  Clock        // default: SystemClock
 	Logger *slog.Logger // default: slog.Default()
 	// Observer, when set, is kept current with every group's view, its
-	// rebalance history and the group metrics.
+	// rebalance history and the group metrics, and its Group asks this
+	// service for the group's members. An Observer serves one Service.
 	Observer *Observer
 	// Lease, when set, is asked before a group actor answers any request:
 	// false answers NOT_COORDINATOR. A Raft leader's lease (confirmed by a
@@ -144,7 +146,25 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	}
 	svc := &Service{Client: NewClient(system, pid), env: e}
 	svc.active.Store(!opts.Fenced)
+	if opts.Observer != nil {
+		opts.Observer.describeWith(svc)
+	}
 	return svc, nil
+}
+
+// describeTimeout bounds the DescribeGroups call behind Observer.Group: a
+// group actor answers it at once, so waiting longer only holds up a page.
+const describeTimeout = 5 * time.Second
+
+// describe asks a group for its DescribeGroups answer; nil when none came
+// in time or the group is not coordinated here.
+func (s *Service) describe(id string) *pb.DescribeGroupResponse {
+	res, err := s.CallWithin(context.Background(), &pb.DescribeGroupRequest{GroupId: id}, describeTimeout)
+	d, ok := res.(*pb.DescribeGroupResponse)
+	if err != nil || !ok || d.GetErrorCode() != coordinator.ErrNone {
+		return nil
+	}
+	return d
 }
 
 // GuardStats returns the ownership guard's counters summed over every group
