@@ -28,12 +28,22 @@ var wakeMsg = &timerWake{}
 // later (every heartbeat) only moves its deadline; re-arming it earlier
 // than the clock timer resets that. A member costs a map entry, not a
 // timer of its own.
+//
+// Deadlines are kept as nanoseconds since base, a reading of the actor's
+// clock taken when the actor was made, and are read back through the same
+// clock (Sub, so a monotonic reading is compared as such): an entry's value
+// is 8 bytes where a time.Time is 24, and there is an entry per member.
 type groupTimers struct {
-	deadlines map[coordinator.TimerKey]time.Time
+	base      time.Time
+	deadlines map[coordinator.TimerKey]int64 // since base
 	wake      Timer
-	wakeAt    time.Time // when wake fires; zero: not set
-	firing    bool      // onWake is running: it sets the timer when done
+	wakeAt    int64 // when wake fires, since base; only if wakeSet
+	wakeSet   bool
+	firing    bool // onWake is running: it sets the timer when done
 }
+
+// since is the clock reading at as nanoseconds since base.
+func (t *groupTimers) since(at time.Time) int64 { return int64(at.Sub(t.base)) }
 
 // persisted reports the completion of a write.
 type persisted struct {
@@ -70,7 +80,7 @@ type groupActor struct {
 
 func newGroupActor(id string, e *env, term uint64) actor.Producer {
 	return func() actor.Actor {
-		a := &groupActor{id: id, env: e, term: term, timers: groupTimers{deadlines: map[coordinator.TimerKey]time.Time{}}}
+		a := &groupActor{id: id, env: e, term: term, timers: groupTimers{base: e.clock.Now(), deadlines: map[coordinator.TimerKey]int64{}}}
 		a.behavior = actor.NewBehavior()
 		a.behavior.Become(a.active)
 		return a
@@ -185,25 +195,26 @@ func (a *groupActor) onWake(ctx actor.Context) {
 		return
 	}
 	t := &a.timers
-	t.wakeAt = time.Time{}
+	t.wakeSet = false
 	now := a.env.clock.Now()
+	at := t.since(now)
 	type due struct {
 		key      coordinator.TimerKey
-		deadline time.Time
+		deadline int64
 	}
 	var fire []due
 	for k, d := range t.deadlines {
-		if !now.Before(d) {
+		if d <= at {
 			fire = append(fire, due{k, d})
 		}
 	}
 	slices.SortFunc(fire, func(x, y due) int {
-		return cmp.Or(x.deadline.Compare(y.deadline), cmp.Compare(x.key.Kind, y.key.Kind), cmp.Compare(x.key.Member, y.key.Member))
+		return cmp.Or(cmp.Compare(x.deadline, y.deadline), cmp.Compare(x.key.Kind, y.key.Kind), cmp.Compare(x.key.Member, y.key.Member))
 	})
 	t.firing = true
 	for _, f := range fire {
 		// An earlier fire in this wake may have re-armed or cancelled it.
-		if d, ok := t.deadlines[f.key]; !ok || now.Before(d) {
+		if d, ok := t.deadlines[f.key]; !ok || d > at {
 			continue
 		}
 		delete(t.deadlines, f.key)
@@ -217,26 +228,36 @@ func (a *groupActor) onWake(ctx actor.Context) {
 		a.execute(ctx)
 	}
 	t.firing = false
-	var next time.Time
+	var next int64
+	found := false
 	for _, d := range t.deadlines {
-		if next.IsZero() || d.Before(next) {
-			next = d
+		if !found || d < next {
+			next, found = d, true
 		}
 	}
-	if !next.IsZero() {
+	if found {
 		a.armWake(next)
 	}
 }
 
-// armWake sets the clock timer to fire at the deadline (earlier than it is
-// set for, or not set).
-func (a *groupActor) armWake(at time.Time) {
+// armWake sets the clock timer to fire at the deadline, in nanoseconds
+// since the timers' base (earlier than it is set for, or not set).
+func (a *groupActor) armWake(at int64) {
 	t := &a.timers
-	if !t.wakeAt.IsZero() && !at.Before(t.wakeAt) {
+	if t.wakeSet && at >= t.wakeAt {
 		return
 	}
-	t.wakeAt = at
-	after := at.Sub(a.env.clock.Now())
+	t.wakeAt, t.wakeSet = at, true
+	after := time.Duration(at - t.since(a.env.clock.Now()))
+	if after <= 0 {
+		// Due now (a join phase without an initial delay): the wake goes
+		// straight to the mailbox. Resetting a Go timer that is already
+		// set to fire now makes the runtime scan every timer of its
+		// processor (one per group) at its next check; a clock timer still
+		// set for later only finds nothing due.
+		a.env.system.Root.Send(a.self, wakeMsg)
+		return
+	}
 	if t.wake == nil {
 		self, root := a.self, a.env.system.Root
 		t.wake = a.env.clock.AfterFunc(after, func() { root.Send(self, wakeMsg) })
@@ -310,7 +331,7 @@ func (a *groupActor) setTimer(op coordinator.TimerOp) {
 		delete(t.deadlines, op.Key)
 		return
 	}
-	deadline := a.env.clock.Now().Add(op.After)
+	deadline := t.since(a.env.clock.Now().Add(op.After))
 	t.deadlines[op.Key] = deadline
 	if !t.firing {
 		a.armWake(deadline)
@@ -338,7 +359,7 @@ func (a *groupActor) stopTimers() {
 	if t.wake != nil {
 		t.wake.Stop()
 	}
-	t.wakeAt = time.Time{}
+	t.wakeSet = false
 	clear(t.deadlines)
 }
 
