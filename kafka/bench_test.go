@@ -113,7 +113,8 @@ func serveCohort(metricsOff bool) int {
 // writes <path>.heap1; pprof -diff_base shows what a phase allocated.
 // "mem" collects garbage, returns freed memory to the system and answers
 // the Go heap in use, so that the parent reads a resident size without
-// garbage in it. Commands extra knows (it returns true) are its own.
+// garbage in it; "live", asked after "mem", answers the bytes of the
+// objects in that heap. Commands extra knows (it returns true) are its own.
 func serveCommands(extra func(cmd, arg string) bool) {
 	var prof *os.File
 	heap := func(path string) {
@@ -157,6 +158,13 @@ func serveCommands(extra func(cmd, arg string) bool) {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			fmt.Println("MEM", ms.HeapInuse)
+		case "live":
+			// The bytes of live objects (after the collection "mem" ran):
+			// what the heap in use holds beyond them is the free space of
+			// partly used spans.
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Println("LIVE", ms.HeapAlloc)
 		default:
 			if extra == nil || !extra(cmd, arg) {
 				fmt.Println("ERR unknown command", cmd)
