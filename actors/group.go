@@ -249,18 +249,20 @@ func (a *groupActor) armWake(at int64) {
 	}
 	t.wakeAt, t.wakeSet = at, true
 	after := time.Duration(at - t.since(a.env.clock.Now()))
-	if after <= 0 {
-		// Due now (a join phase without an initial delay): the wake goes
-		// straight to the mailbox. Resetting a Go timer that is already
-		// set to fire now makes the runtime scan every timer of its
-		// processor (one per group) at its next check; a clock timer still
-		// set for later only finds nothing due.
-		a.env.system.Root.Send(a.self, wakeMsg)
+	self, root := a.self, a.env.system.Root
+	if t.wake == nil {
+		t.wake = a.env.clock.AfterFunc(after, func() { root.Send(self, wakeMsg) })
 		return
 	}
-	if t.wake == nil {
-		self, root := a.self, a.env.system.Root
-		t.wake = a.env.clock.AfterFunc(after, func() { root.Send(self, wakeMsg) })
+	if after <= 0 {
+		// Due now (a join phase without an initial delay): a timer of its
+		// own, the clock timer left set for later (its wake finds nothing
+		// due). Resetting a Go timer that is already set, so that it fires
+		// now, makes the runtime scan every timer of its processor (one per
+		// group) at its next check. A timer, rather than a message straight
+		// to the mailbox, keeps the moment's wait in which members that
+		// join together reach the same generation.
+		a.env.clock.AfterFunc(0, func() { root.Send(self, wakeMsg) })
 		return
 	}
 	t.wake.Reset(after)
