@@ -137,3 +137,44 @@ func TestOffsetRetentionThroughActor(t *testing.T) {
 		time.Sleep(goneGrace + time.Second) // let the dead actor be stopped
 	})
 }
+
+// Without an initial delay a join phase is due at once, also in a group
+// whose clock timer is still set for later (here the session of a member
+// that left): the new member's JoinGroup is answered without waiting for
+// that timer, and the session still expires on time afterwards.
+func TestNoInitialDelayWithTimerSetThroughActor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := testConfig()
+		cfg.InitialRebalanceDelay = 0
+		svc := startWith(t, cfg)
+		ids, gen := formGroup(t, svc, "g", 1)
+		// The group's timer is set for the member's session; it leaves
+		// (a generation of its own: the group is Empty).
+		lv := ask[*pb.LeaveGroupResponse](t, svc, &pb.LeaveGroupRequest{GroupId: "g", Members: []*pb.MemberIdentity{{MemberId: ids[0]}}})
+		if lv.ErrorCode != coordinator.ErrNone {
+			t.Fatalf("leave: %v", lv)
+		}
+		start := time.Now()
+		req := joinReq("g", "c1", "")
+		req.ApiVersion = 3
+		r := ask[*pb.JoinGroupResponse](t, svc, req)
+		if r.ErrorCode != coordinator.ErrNone || r.GenerationId != gen+2 || r.Leader != r.MemberId {
+			t.Fatalf("join: %v", r)
+		}
+		if el := time.Since(start); el != 0 {
+			t.Fatalf("answered after %v, want at once", el)
+		}
+		s := ask[*pb.SyncGroupResponse](t, svc, &pb.SyncGroupRequest{GroupId: "g", GenerationId: r.GenerationId, MemberId: r.MemberId,
+			Assignments: []*pb.SyncGroupAssignment{{MemberId: r.MemberId, Assignment: []byte("a")}}})
+		if s.ErrorCode != coordinator.ErrNone {
+			t.Fatalf("sync: %v", s)
+		}
+		// No heartbeat: the member's session ends on time.
+		time.Sleep(time.Duration(req.SessionTimeoutMs)*time.Millisecond + time.Millisecond)
+		synctest.Wait()
+		d := ask[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g"})
+		if len(d.Members) != 0 {
+			t.Fatalf("members after the session: %v", d.Members)
+		}
+	})
+}
