@@ -55,6 +55,17 @@ func newStoredGroup(rec *pb.GroupRecord) *storedGroup {
 // parseStoredGroup reads the fence fields of an encoded GroupRecord.
 func parseStoredGroup(data []byte) *storedGroup {
 	r := &storedGroup{data: data}
+	// The member ids are counted first: the list is kept as long as the
+	// record, one entry per member, so it is allocated at its length.
+	n := 0
+	walkFields(data, func(num protowire.Number, _ uint64, _ []byte) {
+		if num == 7 {
+			n++
+		}
+	})
+	if n > 0 {
+		r.members = make([]string, 0, n)
+	}
 	walkFields(data, func(num protowire.Number, v uint64, b []byte) {
 		switch num {
 		case 3: // generation
