@@ -148,13 +148,45 @@ func Run(t testing.TB, cfg Config) (rep *Report, err error) {
 	return r.run()
 }
 
+// freePort returns a free 127.0.0.1 address for a node's Raft listener,
+// which must be known before the node starts (its proxy dials it). The port
+// is picked below the kernel's ephemeral range: a port of that range, found
+// free and released, can be handed to any other socket (an outgoing
+// connection, another test's listener on port 0) before the node binds it,
+// and the node then fails to start ("address already in use").
 func freePort() (string, error) {
+	if lo := ephemeralLow(); lo > minPickedPort+1000 {
+		for range 100 {
+			p := minPickedPort + rand.IntN(lo-minPickedPort)
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				continue
+			}
+			l.Close()
+			return l.Addr().String(), nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// minPickedPort is the lowest port freePort picks.
+const minPickedPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			fmt.Sscan(f[0], &lo)
+		}
+	}
+	return lo
 }
 
 func (r *run) run() (*Report, error) {
