@@ -84,7 +84,7 @@ func (g *Group) shareProtocols(protocols []*pb.Protocol) []*pb.Protocol {
 		return protocols
 	}
 	for _, o := range [2]*member{g.order[len(g.order)-1], g.order[0]} {
-		if len(o.protocols) > 0 && &o.protocols[0] != &protocols[0] && o.matches(protocols) {
+		if o.matches(protocols) {
 			return o.protocols
 		}
 	}

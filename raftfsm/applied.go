@@ -123,17 +123,13 @@ func (n *Node) readLoggedNodes() error {
 		if proto.Unmarshal(l.Data, &env) != nil {
 			continue // the FSM will say what is wrong with it
 		}
+		// A bad payload changes nothing here; the FSM refuses it when it
+		// applies the entry.
 		switch env.GetType() {
 		case raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER:
-			var r raftpb.NodeRegister
-			if proto.Unmarshal(env.GetPayload(), &r) == nil && r.GetNodeId() != "" {
-				nodes[r.GetNodeId()] = &r
-			}
+			_ = registerNode(nodes, env.GetPayload())
 		case raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE:
-			var r raftpb.NodeRemove
-			if proto.Unmarshal(env.GetPayload(), &r) == nil {
-				delete(nodes, r.GetNodeId())
-			}
+			_ = removeNode(nodes, env.GetPayload())
 		}
 	}
 	n.logged = sortedNodes(nodes)

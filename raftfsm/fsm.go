@@ -200,25 +200,36 @@ func (f *FSM) applyTopicDelete(payload []byte) *ApplyResult {
 }
 
 func (f *FSM) applyNodeRegister(payload []byte) *ApplyResult {
-	var n raftpb.NodeRegister
-	if err := proto.Unmarshal(payload, &n); err != nil || n.GetNodeId() == "" {
-		return &ApplyResult{Err: fmt.Errorf("%w: node register %v", ErrBadCommand, err)}
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.nodes[n.GetNodeId()] = &n
-	return &ApplyResult{}
+	return &ApplyResult{Err: registerNode(f.nodes, payload)}
 }
 
 func (f *FSM) applyNodeRemove(payload []byte) *ApplyResult {
-	var n raftpb.NodeRemove
-	if err := proto.Unmarshal(payload, &n); err != nil {
-		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.nodes, n.GetNodeId())
-	return &ApplyResult{}
+	return &ApplyResult{Err: removeNode(f.nodes, payload)}
+}
+
+// registerNode applies a NODE_REGISTER payload to a node registry (the
+// FSM's, or the one a node reads from its own log when it opens).
+func registerNode(nodes map[string]*raftpb.NodeRegister, payload []byte) error {
+	var n raftpb.NodeRegister
+	if err := proto.Unmarshal(payload, &n); err != nil || n.GetNodeId() == "" {
+		return fmt.Errorf("%w: node register %v", ErrBadCommand, err)
+	}
+	nodes[n.GetNodeId()] = &n
+	return nil
+}
+
+// removeNode applies a NODE_REMOVE payload to a node registry.
+func removeNode(nodes map[string]*raftpb.NodeRegister, payload []byte) error {
+	var n raftpb.NodeRemove
+	if err := proto.Unmarshal(payload, &n); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadCommand, err)
+	}
+	delete(nodes, n.GetNodeId())
+	return nil
 }
 
 // Node returns a registered node.
