@@ -71,6 +71,7 @@ type groupActor struct {
 	term     uint64 // the router's activation this actor serves
 	g        *coordinator.Group
 	fx       coordinator.Effects
+	persists []coordinator.Persist // execute's copy of fx.Persists, reused
 	timers   groupTimers
 	behavior actor.Behavior
 	self     *actor.PID
@@ -297,15 +298,16 @@ func (a *groupActor) execute(ctx actor.Context) {
 		for _, ev := range fx.Events {
 			a.onEvent(ev)
 		}
-		var persists []coordinator.Persist
-		if len(fx.Persists) > 0 {
-			persists = append(persists, fx.Persists...)
-		}
+		// The writes are started after the reset (a write's answer may come
+		// back into fx), from a copy kept between calls.
+		persists := append(a.persists[:0], fx.Persists...)
 		gone := fx.Gone
 		fx.Reset()
 		for _, p := range persists {
 			a.persist(p)
 		}
+		clear(persists)
+		a.persists = persists[:0]
 		if gone {
 			a.publishView()
 			a.onGone(ctx)

@@ -49,6 +49,63 @@ func TestHeartbeatDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// commitOnce is one OffsetCommit of one partition by a Stable member and the
+// write's completion, with a reused Effects.
+func commitOnce(tb testing.TB, g *Group, fx *Effects, req *pb.OffsetCommitRequest, now time.Time) {
+	fx.Reset()
+	g.Commit(now, req, 1, fx)
+	if len(fx.Persists) != 1 {
+		tb.Fatalf("commit wrote %d times", len(fx.Persists))
+	}
+	token := fx.Persists[0].Token
+	fx.Reset()
+	g.OnPersisted(now, token, nil, fx)
+	if len(fx.Replies) != 1 {
+		tb.Fatalf("commit answered %d times", len(fx.Replies))
+	}
+	if code := fx.Replies[0].Msg.(*pb.OffsetCommitResponse).GetTopics()[0].GetPartitions()[0].GetErrorCode(); code != ErrNone {
+		tb.Fatalf("commit error %d", code)
+	}
+}
+
+func commitRequest() *pb.OffsetCommitRequest {
+	return &pb.OffsetCommitRequest{GroupId: "g", MemberId: "m3", GenerationId: 5, RetentionTimeMs: -1,
+		Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 3, Offset: 42, LeaderEpoch: -1, CommitTimestampMs: -1}}}}}
+}
+
+// BenchmarkCommit is commitOnce: the machine's part of a durable commit.
+func BenchmarkCommit(b *testing.B) {
+	cfg := DefaultConfig()
+	g := Restore(&cfg, stableRecord(10), nil, t0)
+	var fx Effects
+	g.Start(t0, &fx)
+	req := commitRequest()
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		commitOnce(b, g, &fx, req, now)
+	}
+}
+
+// TestCommitAllocations keeps a one-partition commit at three allocations:
+// the write with its record, the committed offset (its own: the store
+// keeps it) and the answer.
+func TestCommitAllocations(t *testing.T) {
+	cfg := DefaultConfig()
+	g := Restore(&cfg, stableRecord(10), nil, t0)
+	var fx Effects
+	g.Start(t0, &fx)
+	req := commitRequest()
+	commitOnce(t, g, &fx, req, t0)
+	if allocs := testing.AllocsPerRun(1000, func() { commitOnce(t, g, &fx, req, t0) }); allocs > 3 {
+		t.Fatalf("%v allocations per commit, want at most 3", allocs)
+	}
+	if o := g.Fetch(&pb.OffsetFetchRequest{GroupId: "g", Topics: []*pb.TopicPartitions{{Name: "t", Partitions: []int32{3}}}}); o.GetTopics()[0].GetPartitions()[0].GetOffset() != 42 {
+		t.Fatalf("fetch %v", o)
+	}
+}
+
 // BenchmarkJoin1000: 1,000 JoinGroup v3 members join an Empty group (initial
 // delay 0), the join timer fires, the leader syncs: time to Stable.
 func BenchmarkJoin1000(b *testing.B) {

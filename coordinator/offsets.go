@@ -11,14 +11,47 @@ import (
 )
 
 func commitErrors(req *pb.OffsetCommitRequest, code int32) *pb.OffsetCommitResponse {
-	resp := &pb.OffsetCommitResponse{Topics: make([]*pb.TopicPartitionErrors, 0, len(req.GetTopics()))}
-	for _, t := range req.GetTopics() {
-		te := &pb.TopicPartitionErrors{Name: t.GetName(), Partitions: make([]*pb.PartitionError, 0, len(t.GetPartitions()))}
-		for _, p := range t.GetPartitions() {
-			te.Partitions = append(te.Partitions, &pb.PartitionError{Partition: p.GetPartition(), ErrorCode: code})
-		}
-		resp.Topics = append(resp.Topics, te)
+	topics := req.GetTopics()
+	n := 0
+	for _, t := range topics {
+		n += len(t.GetPartitions())
 	}
+	// The answer's messages are allocated together: one block for the
+	// usual commit of one partition, one array per kind otherwise.
+	var (
+		resp  *pb.OffsetCommitResponse
+		tes   []pb.TopicPartitionErrors
+		pes   []pb.PartitionError
+		tptrs []*pb.TopicPartitionErrors
+		pptrs []*pb.PartitionError
+	)
+	if len(topics) == 1 && n == 1 {
+		b := &struct {
+			resp pb.OffsetCommitResponse
+			te   [1]pb.TopicPartitionErrors
+			pe   [1]pb.PartitionError
+			tp   [1]*pb.TopicPartitionErrors
+			pp   [1]*pb.PartitionError
+		}{}
+		resp, tes, pes, tptrs, pptrs = &b.resp, b.te[:], b.pe[:], b.tp[:0], b.pp[:0]
+	} else {
+		resp = &pb.OffsetCommitResponse{}
+		tes, pes = make([]pb.TopicPartitionErrors, len(topics)), make([]pb.PartitionError, n)
+		tptrs, pptrs = make([]*pb.TopicPartitionErrors, 0, len(topics)), make([]*pb.PartitionError, 0, n)
+	}
+	for i, t := range topics {
+		te := &tes[i]
+		te.Name = t.GetName()
+		start := len(pptrs)
+		for _, p := range t.GetPartitions() {
+			pe := &pes[len(pptrs)]
+			pe.Partition, pe.ErrorCode = p.GetPartition(), code
+			pptrs = append(pptrs, pe)
+		}
+		te.Partitions = pptrs[start:len(pptrs):len(pptrs)]
+		tptrs = append(tptrs, te)
+	}
+	resp.Topics = tptrs
 	return resp
 }
 
@@ -38,8 +71,24 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 	if r := req.GetRetentionTimeMs(); r > 0 {
 		expireMs = nowMs + r
 	}
+	n := 0
+	for _, t := range req.GetTopics() {
+		n += len(t.GetPartitions())
+	}
+	// A commit's records and their wrappers are allocated together, in the
+	// write itself for the usual commit of one partition. Each offset is an
+	// allocation of its own: the leader's store keeps it as the committed
+	// offset, and it must not keep the rest of the write alive.
 	op := &commitWrite{resp: resp, reply: to}
+	var records []pb.Record
+	var kinds []pb.Record_Offset
 	var recs []*pb.Record
+	if n == 1 {
+		records, kinds, recs, op.written = op.record[:], op.kind[:], op.rec[:0], op.one[:0]
+	} else {
+		records, kinds = make([]pb.Record, n), make([]pb.Record_Offset, n)
+		recs, op.written = make([]*pb.Record, 0, n), make([]writtenOffset, 0, n)
+	}
 	for ti, t := range req.GetTopics() {
 		for pi, p := range t.GetPartitions() {
 			if len(p.GetMetadata()) > g.cfg.OffsetMetadataMaxBytes {
@@ -60,7 +109,10 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 				CommitTimestampMs: commitMs,
 				ExpireTimestampMs: expireMs,
 			}
-			recs = append(recs, &pb.Record{Kind: &pb.Record_Offset{Offset: rec}})
+			i := len(recs)
+			kinds[i].Offset = rec
+			records[i].Kind = &kinds[i]
+			recs = append(recs, &records[i])
 			op.written = append(op.written, writtenOffset{ti, pi, rec})
 			g.pendingCommits[topicPartition{rec.Topic, rec.Partition}]++
 		}
@@ -75,7 +127,8 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 		op.reply = nil
 	}
 	if gen := req.GetGenerationId(); gen >= 0 {
-		fx.Persists[len(fx.Persists)-1].Fence = &pb.WriteFence{Generation: gen, MemberId: req.GetMemberId()}
+		op.fence.Generation, op.fence.MemberId = gen, req.GetMemberId()
+		fx.Persists[len(fx.Persists)-1].Fence = &op.fence
 	}
 }
 
@@ -113,6 +166,12 @@ type commitWrite struct {
 	resp    *pb.OffsetCommitResponse
 	reply   ReplyTo
 	written []writtenOffset
+	fence   pb.WriteFence
+	// The lists of a one-partition commit.
+	one    [1]writtenOffset
+	rec    [1]*pb.Record
+	record [1]pb.Record
+	kind   [1]pb.Record_Offset
 }
 
 func (w *commitWrite) done(g *Group, now time.Time, err error, fx *Effects) {

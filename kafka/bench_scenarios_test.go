@@ -144,7 +144,7 @@ func serveClusterNode() int {
 		case "voters":
 			fmt.Println("VOTERS", len(n.Raft().Voters()))
 		default:
-			return false
+			return raftIndex(n, cmd)
 		}
 		return true
 	})

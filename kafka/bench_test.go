@@ -35,7 +35,8 @@ import (
 //	go test -run '^$' -bench BenchmarkGroups -benchtime 200000x ./kafka/
 //
 // COHORT_BENCH_CPUPROFILE=prefix writes a CPU profile of the cohort server
-// for each measured phase, to prefix.heartbeat and prefix.offsetcommit.
+// for each measured phase, to prefix.heartbeat and prefix.offsetcommit (a
+// cluster's other nodes to the same name with .peer1, .peer2 added).
 //
 // Before measuring, 10,000 groups of 10 members each join and sync (100,000
 // members; COHORT_BENCH_GROUPS=n changes the group count for quick runs).
@@ -102,9 +103,19 @@ func serveCohort(metricsOff bool) int {
 		return 1
 	}
 	fmt.Println("ADDR", n.KafkaAddr())
-	serveCommands(nil)
+	serveCommands(func(cmd, _ string) bool { return raftIndex(n, cmd) })
 	n.Close()
 	return 0
+}
+
+// raftIndex answers "raftindex", the node's last Raft log index (entries
+// written so far).
+func raftIndex(n *node.Node, cmd string) bool {
+	if cmd != "raftindex" {
+		return false
+	}
+	fmt.Println("RAFTINDEX", n.Raft().Raft.LastIndex())
+	return true
 }
 
 // serveCommands reads the benchmark's commands from stdin until it closes:
@@ -639,6 +650,10 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 	if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && strings.HasPrefix(s.name, "cohort") {
 		fmt.Fprintf(s.stdin, "profile %s.%s\n", prefix, phase)
 		defer fmt.Fprintln(s.stdin, "stop")
+		for i, p := range s.peers {
+			fmt.Fprintf(p.stdin, "profile %s.%s.peer%d\n", prefix, phase, i+1)
+			defer fmt.Fprintln(p.stdin, "stop")
+		}
 	}
 	var next, bad atomic.Int64
 	var firstBad atomic.Value
@@ -650,7 +665,7 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 		return mk(ms[int(n)%len(ms)]), true
 	}
 	b.ResetTimer()
-	a0 := s.allocs()
+	a0, e0 := s.allocs(), s.ask("raftindex", "RAFTINDEX")
 	r0, w0 := s.syscalls()
 	cpu0, t0 := s.cpu(), time.Now()
 	errs := make([]error, len(conns))
@@ -673,7 +688,7 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 	wg.Wait()
 	elapsed, cpu := time.Since(t0), s.cpu()-cpu0
 	r1, w1 := s.syscalls()
-	a1 := s.allocs()
+	a1, e1 := s.allocs(), s.ask("raftindex", "RAFTINDEX")
 	b.StopTimer()
 	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
@@ -686,6 +701,11 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 	b.ReportMetric(float64(a1-a0)/float64(b.N), "server-allocs/req")
 	b.ReportMetric(float64(r1-r0)/float64(b.N), "server-reads/req")
 	b.ReportMetric(float64(w1-w0)/float64(b.N), "server-writes/req")
+	if e1 > e0 {
+		// Raft entries the leader wrote: requests per entry is how well
+		// the store batches.
+		b.ReportMetric(float64(b.N)/float64(e1-e0), "req/raft-entry")
+	}
 	var all []time.Duration
 	for _, l := range lats {
 		all = append(all, l...)

@@ -225,13 +225,13 @@ type tp struct {
 }
 
 func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.OffsetCommitRequest) kmsg.Response {
-	resp := kmsg.NewPtrOffsetCommitResponse()
-	n := &grouppb.OffsetCommitRequest{
-		GroupId:         req.Group,
-		GenerationId:    req.Generation,
-		MemberId:        req.MemberID,
-		RetentionTimeMs: -1,
+	total := 0
+	for _, t := range req.Topics {
+		total += len(t.Partitions)
 	}
+	b := newCommitBlocks(len(req.Topics), total)
+	n := b.req
+	n.GroupId, n.GenerationId, n.MemberId, n.RetentionTimeMs = req.Group, req.Generation, req.MemberID, -1
 	if r.version < 1 {
 		n.GenerationId = -1
 		n.MemberId = ""
@@ -250,13 +250,13 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 	codes := make(map[tp]int16)
 	groupOK := r.groupAllowed(kmsg.ACLOperationRead, req.Group)
 	for _, t := range req.Topics {
-		var nt *grouppb.OffsetCommitTopic
 		denied := errNone
 		if !groupOK {
 			denied = groupDenied
 		} else if !r.topicAllowed(kmsg.ACLOperationRead, t.Topic) {
 			denied = topicDenied
 		}
+		first := len(b.partPtrs)
 		for _, p := range t.Partitions {
 			if denied != errNone {
 				codes[tp{t.Topic, p.Partition}] = denied
@@ -266,24 +266,17 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 				codes[tp{t.Topic, p.Partition}] = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
-			if nt == nil {
-				nt = &grouppb.OffsetCommitTopic{Name: t.Topic}
-				n.Topics = append(n.Topics, nt)
-			}
-			np := &grouppb.OffsetCommitPartition{
-				Partition:         p.Partition,
-				Offset:            p.Offset,
-				LeaderEpoch:       -1,
-				Metadata:          p.Metadata,
-				CommitTimestampMs: -1,
-			}
+			np := b.partition()
+			np.Partition, np.Offset, np.LeaderEpoch, np.Metadata, np.CommitTimestampMs = p.Partition, p.Offset, -1, p.Metadata, -1
 			if r.version >= 6 {
 				np.LeaderEpoch = p.LeaderEpoch
 			}
 			if r.version == 1 {
 				np.CommitTimestampMs = p.Timestamp
 			}
-			nt.Partitions = append(nt.Partitions, np)
+		}
+		if len(b.partPtrs) > first {
+			b.topic(t.Topic, b.partPtrs[first:len(b.partPtrs):len(b.partPtrs)])
 		}
 	}
 	if len(n.Topics) > 0 {
@@ -303,22 +296,89 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 			}
 		}
 	}
+	resp := b.resp
+	resp.Topics = b.respTopics[:0:len(req.Topics)]
 	for _, t := range req.Topics {
-		rt := kmsg.NewOffsetCommitResponseTopic()
+		resp.Topics = resp.Topics[:len(resp.Topics)+1]
+		rt := &resp.Topics[len(resp.Topics)-1]
+		rt.Default()
 		rt.Topic = t.Topic
-		for _, p := range t.Partitions {
-			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+		rt.Partitions = b.respParts[:len(t.Partitions):len(t.Partitions)]
+		b.respParts = b.respParts[len(t.Partitions):]
+		for i, p := range t.Partitions {
+			rp := &rt.Partitions[i]
+			rp.Default()
 			rp.Partition = p.Partition
 			code, ok := codes[tp{t.Topic, p.Partition}]
 			if !ok {
 				code = kerr.UnknownServerError.Code
 			}
 			rp.ErrorCode = code
-			rt.Partitions = append(rt.Partitions, rp)
 		}
-		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
+}
+
+// commitBlocks holds the messages of one OffsetCommit: the native request
+// and the Kafka answer, allocated together (in one block for the usual
+// commit of one partition, an array per kind otherwise) rather than one
+// allocation per topic and partition.
+type commitBlocks struct {
+	req        *grouppb.OffsetCommitRequest
+	topics     []grouppb.OffsetCommitTopic
+	parts      []grouppb.OffsetCommitPartition
+	partPtrs   []*grouppb.OffsetCommitPartition
+	resp       *kmsg.OffsetCommitResponse
+	respTopics []kmsg.OffsetCommitResponseTopic
+	respParts  []kmsg.OffsetCommitResponseTopicPartition
+}
+
+func newCommitBlocks(topics, partitions int) *commitBlocks {
+	if topics == 1 && partitions == 1 {
+		one := &struct {
+			b         commitBlocks
+			req       grouppb.OffsetCommitRequest
+			topic     [1]grouppb.OffsetCommitTopic
+			topicPtr  [1]*grouppb.OffsetCommitTopic
+			part      [1]grouppb.OffsetCommitPartition
+			partPtr   [1]*grouppb.OffsetCommitPartition
+			resp      kmsg.OffsetCommitResponse
+			respTopic [1]kmsg.OffsetCommitResponseTopic
+			respPart  [1]kmsg.OffsetCommitResponseTopicPartition
+		}{}
+		one.req.Topics = one.topicPtr[:0]
+		one.resp.Default()
+		one.b = commitBlocks{req: &one.req, topics: one.topic[:0], parts: one.part[:0], partPtrs: one.partPtr[:0],
+			resp: &one.resp, respTopics: one.respTopic[:], respParts: one.respPart[:]}
+		return &one.b
+	}
+	resp := kmsg.NewPtrOffsetCommitResponse()
+	return &commitBlocks{
+		req:        &grouppb.OffsetCommitRequest{Topics: make([]*grouppb.OffsetCommitTopic, 0, topics)},
+		topics:     make([]grouppb.OffsetCommitTopic, 0, topics),
+		parts:      make([]grouppb.OffsetCommitPartition, 0, partitions),
+		partPtrs:   make([]*grouppb.OffsetCommitPartition, 0, partitions),
+		resp:       resp,
+		respTopics: make([]kmsg.OffsetCommitResponseTopic, topics),
+		respParts:  make([]kmsg.OffsetCommitResponseTopicPartition, partitions),
+	}
+}
+
+// partition returns the next partition of the native request (the arrays
+// were sized for every partition, so no pointer taken moves).
+func (b *commitBlocks) partition() *grouppb.OffsetCommitPartition {
+	b.parts = b.parts[:len(b.parts)+1]
+	p := &b.parts[len(b.parts)-1]
+	b.partPtrs = append(b.partPtrs, p)
+	return p
+}
+
+// topic adds a topic with the given partitions to the native request.
+func (b *commitBlocks) topic(name string, parts []*grouppb.OffsetCommitPartition) {
+	b.topics = b.topics[:len(b.topics)+1]
+	t := &b.topics[len(b.topics)-1]
+	t.Name, t.Partitions = name, parts
+	b.req.Topics = append(b.req.Topics, t)
 }
 
 // fetchOffsets runs one native OffsetFetch; on failure it reports the error

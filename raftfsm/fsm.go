@@ -160,11 +160,11 @@ func (f *FSM) proposed(data []byte, ws *raftpb.GroupWrites) {
 func (f *FSM) forget(data []byte) { f.own.Delete(unsafe.SliceData(data)) }
 
 func (f *FSM) applyGroupWrites(payload []byte) *ApplyResult {
-	var ws raftpb.GroupWrites
-	if err := proto.Unmarshal(payload, &ws); err != nil {
+	ws, err := decodeGroupWrites(payload)
+	if err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
 	}
-	return f.applyWrites(&ws)
+	return f.applyWrites(ws)
 }
 
 func (f *FSM) applyWrites(ws *raftpb.GroupWrites) *ApplyResult {

@@ -1,0 +1,310 @@
+package raftfsm
+
+import (
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+)
+
+// decodeGroupWrites is proto.Unmarshal of a GROUP_WRITES payload. A replica
+// decodes every entry the leader wrote, and most of them are batches of
+// offset commits: their writes, records and fences are decoded here by
+// hand, into a few arrays per entry rather than eleven allocations per
+// commit. Only the committed offsets are allocated one by one (the state
+// keeps them). The other record kinds are decoded by proto.Unmarshal, and
+// anything this decoder does not expect (a field a newer writer added, a
+// wire type that does not match, a message field given twice, which
+// protobuf merges, or bytes proto.Unmarshal would refuse) sends the whole
+// payload to proto.Unmarshal, so the result is always what it would give.
+func decodeGroupWrites(b []byte) (*raftpb.GroupWrites, error) {
+	if ws, ok := fastGroupWrites(b); ok {
+		return ws, nil
+	}
+	var ws raftpb.GroupWrites
+	if err := proto.Unmarshal(b, &ws); err != nil {
+		return nil, err
+	}
+	return &ws, nil
+}
+
+// writeDecoder carves the messages of one payload out of arrays sized by a
+// first pass over it.
+type writeDecoder struct {
+	writes  []raftpb.GroupWrite
+	ptrs    []*pb.Record
+	records []pb.Record
+	kinds   []pb.Record_Offset
+	fences  []pb.WriteFence
+	// The last group id and topic decoded: the offsets of one write (and
+	// of one topic) share them instead of holding copies.
+	group, topic string
+}
+
+func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
+	var nw, nr, nf int
+	for rest := b; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 || num != 1 || typ != protowire.BytesType {
+			return nil, false
+		}
+		w, m := protowire.ConsumeBytes(rest[n:])
+		if m < 0 {
+			return nil, false
+		}
+		rest = rest[n+m:]
+		nw++
+		records, fences, ok := countWrite(w)
+		if !ok {
+			return nil, false
+		}
+		nr, nf = nr+records, nf+fences
+	}
+	d := writeDecoder{
+		writes:  make([]raftpb.GroupWrite, nw),
+		ptrs:    make([]*pb.Record, nr),
+		records: make([]pb.Record, nr),
+		kinds:   make([]pb.Record_Offset, nr),
+		fences:  make([]pb.WriteFence, nf),
+	}
+	ws := &raftpb.GroupWrites{Writes: make([]*raftpb.GroupWrite, nw)}
+	for i := range nw {
+		_, _, n := protowire.ConsumeTag(b)
+		w, m := protowire.ConsumeBytes(b[n:])
+		b = b[n+m:]
+		ws.Writes[i] = &d.writes[i]
+		if !d.write(&d.writes[i], w) {
+			return nil, false
+		}
+	}
+	return ws, true
+}
+
+// countWrite returns how many records and fences a GroupWrite holds.
+func countWrite(b []byte) (records, fences int, ok bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, 0, false
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return 0, 0, false
+		}
+		b = b[n+m:]
+		switch num {
+		case 2:
+			records++
+		case 3:
+			fences++
+		}
+	}
+	return records, fences, fences <= 1
+}
+
+func (d *writeDecoder) write(w *raftpb.GroupWrite, b []byte) bool {
+	if records, _, _ := countWrite(b); records > 0 {
+		// The pointers of this write's records, in order.
+		w.Records, d.ptrs = d.ptrs[:0:records], d.ptrs[records:]
+	}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		if typ != protowire.BytesType {
+			return false
+		}
+		v, m := protowire.ConsumeBytes(b)
+		if m < 0 {
+			return false
+		}
+		b = b[m:]
+		switch num {
+		case 1:
+			s, ok := d.str(v, &d.group)
+			if !ok {
+				return false
+			}
+			w.GroupId = s
+		case 2:
+			r := &d.records[0]
+			d.records = d.records[1:]
+			if !d.record(r, v) {
+				return false
+			}
+			w.Records = append(w.Records, r)
+		case 3:
+			f := &d.fences[0]
+			d.fences = d.fences[1:]
+			if !decodeFence(f, v) {
+				return false
+			}
+			w.Fence = f
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// record decodes one Record: an offset by hand, any other kind with
+// proto.Unmarshal. A Record of more than one field is left to
+// proto.Unmarshal (a oneof given twice merges or replaces).
+func (d *writeDecoder) record(r *pb.Record, b []byte) bool {
+	if len(b) == 0 {
+		return true
+	}
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || typ != protowire.BytesType {
+		return false
+	}
+	v, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 || n+m != len(b) {
+		return false
+	}
+	var msg proto.Message
+	switch num {
+	case 1:
+		g := &pb.GroupRecord{}
+		r.Kind, msg = &pb.Record_Group{Group: g}, g
+	case 2:
+		o := &pb.OffsetRecord{}
+		if !d.offset(o, v) {
+			return false
+		}
+		k := &d.kinds[0]
+		d.kinds = d.kinds[1:]
+		k.Offset = o
+		r.Kind = k
+		return true
+	case 3:
+		t := &pb.GroupTombstone{}
+		r.Kind, msg = &pb.Record_GroupTombstone{GroupTombstone: t}, t
+	case 4:
+		t := &pb.OffsetTombstone{}
+		r.Kind, msg = &pb.Record_OffsetTombstone{OffsetTombstone: t}, t
+	case 5:
+		g := &pb.GenerationReserved{}
+		r.Kind, msg = &pb.Record_GenerationReserved{GenerationReserved: g}, g
+	default:
+		return false
+	}
+	return proto.Unmarshal(v, msg) == nil
+}
+
+// offset decodes an OffsetRecord; scalars given twice keep the last, as
+// protobuf does.
+func (d *writeDecoder) offset(o *pb.OffsetRecord, b []byte) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch num {
+		case 1, 2, 6:
+			if typ != protowire.BytesType {
+				return false
+			}
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return false
+			}
+			b = b[m:]
+			var s string
+			var ok bool
+			switch num {
+			case 1:
+				s, ok = d.str(v, &d.group)
+				o.GroupId = s
+			case 2:
+				s, ok = d.str(v, &d.topic)
+				o.Topic = s
+			default:
+				s, ok = validString(v)
+				o.Metadata = s
+			}
+			if !ok {
+				return false
+			}
+		case 3, 4, 5, 7, 8:
+			if typ != protowire.VarintType {
+				return false
+			}
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return false
+			}
+			b = b[m:]
+			switch num {
+			case 3:
+				o.Partition = int32(v)
+			case 4:
+				o.Offset = int64(v)
+			case 5:
+				o.LeaderEpoch = int32(v)
+			case 7:
+				o.CommitTimestampMs = int64(v)
+			default:
+				o.ExpireTimestampMs = int64(v)
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func decodeFence(f *pb.WriteFence, b []byte) bool {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return false
+			}
+			b = b[m:]
+			f.Generation = int32(v)
+		case num == 2 && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return false
+			}
+			b = b[m:]
+			s, ok := validString(v)
+			if !ok {
+				return false
+			}
+			f.MemberId = s
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// str is validString that returns *last, and no copy, when b spells it,
+// and makes the result the new *last otherwise.
+func (d *writeDecoder) str(b []byte, last *string) (string, bool) {
+	if string(b) == *last {
+		return *last, true
+	}
+	s, ok := validString(b)
+	*last = s
+	return s, ok
+}
+
+// validString is a proto3 string field's value: valid UTF-8 or refused.
+func validString(b []byte) (string, bool) {
+	if !utf8.Valid(b) {
+		return "", false
+	}
+	return string(b), true
+}
