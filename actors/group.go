@@ -72,6 +72,9 @@ type groupActor struct {
 	g        *coordinator.Group
 	fx       coordinator.Effects
 	persists []coordinator.Persist // execute's copy of fx.Persists, reused
+	// now is the time of the message being handled: the machine's now, from
+	// which its timers' deadlines are counted (one clock read per message).
+	now time.Time
 	timers   groupTimers
 	behavior actor.Behavior
 	self     *actor.PID
@@ -106,7 +109,8 @@ func (a *groupActor) active(ctx actor.Context) {
 		a.onWake(ctx)
 	case *persisted:
 		if m.incarnation == a {
-			a.g.OnPersisted(a.env.clock.Now(), m.token, m.err, &a.fx)
+			a.now = a.env.clock.Now()
+			a.g.OnPersisted(a.now, m.token, m.err, &a.fx)
 			a.execute(ctx)
 		}
 	}
@@ -120,7 +124,8 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 		deliver(ctx, to, coordinator.NotCoordinator(req, coordinator.ErrNotCoordinator))
 		return
 	}
-	now := a.env.clock.Now()
+	a.now = a.env.clock.Now()
+	now := a.now
 	if _, hb := req.(*pb.HeartbeatRequest); !hb && a.env.observer != nil {
 		a.track.cause = causeOf(a.g, req)
 	}
@@ -168,7 +173,8 @@ func (a *groupActor) dead(ctx actor.Context) {
 
 func (a *groupActor) onStarted(ctx actor.Context) {
 	a.self = ctx.Self()
-	now := a.env.clock.Now()
+	a.now = a.env.clock.Now()
+	now := a.now
 	rec, offsets, err := a.env.store.Load(a.id)
 	if err != nil {
 		// Without its durable state the group must not serve: fail the start
@@ -197,7 +203,8 @@ func (a *groupActor) onWake(ctx actor.Context) {
 	}
 	t := &a.timers
 	t.wakeSet = false
-	now := a.env.clock.Now()
+	a.now = a.env.clock.Now()
+	now := a.now
 	at := t.since(now)
 	type due struct {
 		key      coordinator.TimerKey
@@ -249,7 +256,7 @@ func (a *groupActor) armWake(at int64) {
 		return
 	}
 	t.wakeAt, t.wakeSet = at, true
-	after := time.Duration(at - t.since(a.env.clock.Now()))
+	after := time.Duration(at - t.since(a.now))
 	self, root := a.self, a.env.system.Root
 	if t.wake == nil {
 		t.wake = a.env.clock.AfterFunc(after, func() { root.Send(self, wakeMsg) })
@@ -335,7 +342,7 @@ func (a *groupActor) setTimer(op coordinator.TimerOp) {
 		delete(t.deadlines, op.Key)
 		return
 	}
-	deadline := t.since(a.env.clock.Now().Add(op.After))
+	deadline := t.since(a.now.Add(op.After))
 	t.deadlines[op.Key] = deadline
 	if !t.firing {
 		a.armWake(deadline)

@@ -177,3 +177,32 @@ func BenchmarkDecodeGroupWrites(b *testing.B) {
 		}
 	})
 }
+
+// encodeCommand writes the bytes deterministic.Marshal writes for the
+// envelope, whatever the payload and type.
+func TestEncodeCommandMatchesMarshal(t *testing.T) {
+	msgs := []proto.Message{&raftpb.GroupWrites{}, &raftpb.TopicCreate{Name: "t", Partitions: 3}, &raftpb.NodeRegister{}}
+	for _, b := range payloads(t, 7, 30) {
+		var ws raftpb.GroupWrites
+		if err := proto.Unmarshal(b, &ws); err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, &ws)
+	}
+	for _, typ := range []raftpb.CommandType{0, raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, raftpb.CommandType_COMMAND_TYPE_TOPIC_CREATE} {
+		for _, m := range msgs {
+			p, err := deterministic.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := deterministic.Marshal(&raftpb.Envelope{Type: typ, Version: CommandVersion, Payload: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := encodeCommand(typ, m)
+			if err != nil || string(got) != string(want) {
+				t.Fatalf("type %v %v: encoded %x (%v), want %x", typ, m, got, err, want)
+			}
+		}
+	}
+}

@@ -1,12 +1,14 @@
 package raftfsm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
@@ -187,10 +189,28 @@ func storeError(err error) error {
 	return fmt.Errorf("%w: %v", coordinator.ErrStoreUnavailable, err)
 }
 
+// encodeCommand returns the bytes of Envelope{Type: t, Version:
+// CommandVersion, Payload: payload's encoding}, as deterministic.Marshal
+// writes them, with the payload encoded in place rather than encoded and
+// then copied into the envelope.
 func encodeCommand(t raftpb.CommandType, payload proto.Message) ([]byte, error) {
-	p, err := deterministic.Marshal(payload)
+	size := deterministic.Size(payload)
+	b := make([]byte, 0, 3*binary.MaxVarintLen64+size)
+	if t != 0 {
+		b = protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.VarintType), uint64(t))
+	}
+	b = protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), CommandVersion)
+	if size == 0 {
+		return b, nil // an empty bytes field is not written
+	}
+	b = protowire.AppendVarint(protowire.AppendTag(b, 3, protowire.BytesType), uint64(size))
+	start := len(b)
+	b, err := deterministic.MarshalAppend(b, payload)
 	if err != nil {
 		return nil, err
 	}
-	return deterministic.Marshal(&raftpb.Envelope{Type: t, Version: CommandVersion, Payload: p})
+	if len(b)-start != size {
+		return nil, fmt.Errorf("payload encoded to %d bytes, sized %d", len(b)-start, size)
+	}
+	return b, nil
 }
