@@ -74,7 +74,7 @@ type groupActor struct {
 	persists []coordinator.Persist // execute's copy of fx.Persists, reused
 	// now is the time of the message being handled: the machine's now, from
 	// which its timers' deadlines are counted (one clock read per message).
-	now time.Time
+	now      time.Time
 	timers   groupTimers
 	behavior actor.Behavior
 	self     *actor.PID
