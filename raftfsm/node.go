@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,12 +51,25 @@ type Config struct {
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
-	Logger            *slog.Logger
+	// LogCache is how many of the most recent log entries are kept in
+	// memory as well as in the log file (0: DefaultLogCache; negative: none).
+	// A leader reads every entry back once per follower to send it, and a
+	// follower once to apply it; from the cache that is neither a read of
+	// the file nor a decode.
+	LogCache int
+	Logger   *slog.Logger
 	// TLS, when set, carries Raft over TLS with client certificates
 	// required both ways: a peer is trusted when its certificate chains to
 	// the source's CA and names the peer's node id as a DNS name.
 	TLS *tlsconfig.Source
 }
+
+// DefaultLogCache is Config.LogCache's default: more than the entries in
+// flight to followers that keep up (the group-commit store proposes at
+// most maxInFlight entries at a time, each a batch of writes), few enough
+// that the entries it keeps after they are applied cost little memory. A
+// follower further behind reads from the file.
+const DefaultLogCache = 64
 
 // peerAddrs is a raft.ServerAddressProvider over Config.PeerAddrs.
 type peerAddrs map[string]string
@@ -209,7 +223,15 @@ func Open(cfg Config) (*Node, error) {
 		logs.Close()
 		return nil, err
 	}
-	r, err := raft.NewRaft(rc, fsm, logs, logs, snaps, transport)
+	var logStore raft.LogStore = logs
+	if size := cmp.Or(cfg.LogCache, DefaultLogCache); size > 0 {
+		if logStore, err = raft.NewLogCache(size, logs); err != nil {
+			transport.Close()
+			logs.Close()
+			return nil, err
+		}
+	}
+	r, err := raft.NewRaft(rc, fsm, logStore, logs, snaps, transport)
 	if err != nil {
 		transport.Close()
 		logs.Close()
