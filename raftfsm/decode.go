@@ -47,15 +47,10 @@ type writeDecoder struct {
 func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
 	var nw, nr, nf int
 	for rest := b; len(rest) > 0; {
-		num, typ, n := protowire.ConsumeTag(rest)
-		if n < 0 || num != 1 || typ != protowire.BytesType {
+		num, typ, _, w, ok := nextField(&rest)
+		if !ok || num != 1 || typ != protowire.BytesType {
 			return nil, false
 		}
-		w, m := protowire.ConsumeBytes(rest[n:])
-		if m < 0 {
-			return nil, false
-		}
-		rest = rest[n+m:]
 		nw++
 		records, fences, ok := countWrite(w)
 		if !ok {
@@ -72,9 +67,7 @@ func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
 	}
 	ws := &raftpb.GroupWrites{Writes: make([]*raftpb.GroupWrite, nw)}
 	for i := range nw {
-		_, _, n := protowire.ConsumeTag(b)
-		w, m := protowire.ConsumeBytes(b[n:])
-		b = b[n+m:]
+		_, _, _, w, _ := nextField(&b)
 		ws.Writes[i] = &d.writes[i]
 		if !d.write(&d.writes[i], w) {
 			return nil, false
@@ -86,15 +79,10 @@ func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
 // countWrite returns how many records and fences a GroupWrite holds.
 func countWrite(b []byte) (records, fences int, ok bool) {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		num, _, _, _, ok := nextField(&b)
+		if !ok {
 			return 0, 0, false
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return 0, 0, false
-		}
-		b = b[n+m:]
 		switch num {
 		case 2:
 			records++
@@ -111,23 +99,15 @@ func (d *writeDecoder) write(w *raftpb.GroupWrite, b []byte) bool {
 		w.Records, d.ptrs = d.ptrs[:0:records], d.ptrs[records:]
 	}
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		b = b[n:]
-		if typ != protowire.BytesType {
+		num, typ, _, v, ok := nextField(&b)
+		if !ok || typ != protowire.BytesType {
 			return false
 		}
-		v, m := protowire.ConsumeBytes(b)
-		if m < 0 {
-			return false
-		}
-		b = b[m:]
 		switch num {
 		case 1:
-			s, ok := d.str(v, &d.group)
-			if !ok {
+			if w.GroupId, ok = d.str(v, &d.group); !ok {
 				return false
 			}
-			w.GroupId = s
 		case 2:
 			r := &d.records[0]
 			d.records = d.records[1:]
@@ -156,12 +136,8 @@ func (d *writeDecoder) record(r *pb.Record, b []byte) bool {
 	if len(b) == 0 {
 		return true
 	}
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || typ != protowire.BytesType {
-		return false
-	}
-	v, m := protowire.ConsumeBytes(b[n:])
-	if m < 0 || n+m != len(b) {
+	num, typ, _, v, ok := nextField(&b)
+	if !ok || typ != protowire.BytesType || len(b) > 0 {
 		return false
 	}
 	var msg proto.Message
@@ -198,33 +174,22 @@ func (d *writeDecoder) record(r *pb.Record, b []byte) bool {
 // protobuf does.
 func (d *writeDecoder) offset(o *pb.OffsetRecord, b []byte) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
+		num, typ, v, val, ok := nextField(&b)
+		if !ok {
 			return false
 		}
-		b = b[n:]
 		switch num {
 		case 1, 2, 6:
 			if typ != protowire.BytesType {
 				return false
 			}
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return false
-			}
-			b = b[m:]
-			var s string
-			var ok bool
 			switch num {
 			case 1:
-				s, ok = d.str(v, &d.group)
-				o.GroupId = s
+				o.GroupId, ok = d.str(val, &d.group)
 			case 2:
-				s, ok = d.str(v, &d.topic)
-				o.Topic = s
+				o.Topic, ok = d.str(val, &d.topic)
 			default:
-				s, ok = validString(v)
-				o.Metadata = s
+				o.Metadata, ok = validString(val)
 			}
 			if !ok {
 				return false
@@ -233,11 +198,6 @@ func (d *writeDecoder) offset(o *pb.OffsetRecord, b []byte) bool {
 			if typ != protowire.VarintType {
 				return false
 			}
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return false
-			}
-			b = b[m:]
 			switch num {
 			case 3:
 				o.Partition = int32(v)
@@ -259,35 +219,47 @@ func (d *writeDecoder) offset(o *pb.OffsetRecord, b []byte) bool {
 
 func decodeFence(f *pb.WriteFence, b []byte) bool {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return false
-		}
-		b = b[n:]
+		num, typ, v, val, ok := nextField(&b)
 		switch {
+		case !ok:
+			return false
 		case num == 1 && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return false
-			}
-			b = b[m:]
 			f.Generation = int32(v)
 		case num == 2 && typ == protowire.BytesType:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
+			if f.MemberId, ok = validString(val); !ok {
 				return false
 			}
-			b = b[m:]
-			s, ok := validString(v)
-			if !ok {
-				return false
-			}
-			f.MemberId = s
 		default:
 			return false
 		}
 	}
 	return true
+}
+
+// nextField consumes the next field of *b: its number, its wire type and
+// its value (v for a varint, val for a length-delimited field). ok is false
+// for malformed bytes and for the other wire types, which none of these
+// messages uses.
+func nextField(b *[]byte) (num protowire.Number, typ protowire.Type, v uint64, val []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(*b)
+	if n < 0 {
+		return 0, 0, 0, nil, false
+	}
+	rest := (*b)[n:]
+	var m int
+	switch typ {
+	case protowire.VarintType:
+		v, m = protowire.ConsumeVarint(rest)
+	case protowire.BytesType:
+		val, m = protowire.ConsumeBytes(rest)
+	default:
+		return 0, 0, 0, nil, false
+	}
+	if m < 0 {
+		return 0, 0, 0, nil, false
+	}
+	*b = rest[m:]
+	return num, typ, v, val, true
 }
 
 // str is validString that returns *last, and no copy, when b spells it,
