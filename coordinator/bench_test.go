@@ -9,13 +9,20 @@ import (
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
+// stableGroup returns a Stable group of ten members at generation 5, and
+// the Effects to reuse with it.
+func stableGroup() (*Group, *Effects) {
+	cfg := DefaultConfig()
+	g := Restore(&cfg, stableRecord(10), nil, t0)
+	fx := &Effects{}
+	g.Start(t0, fx)
+	return g, fx
+}
+
 // BenchmarkHeartbeat is one heartbeat of a Stable member with a reused
 // Effects: it must not allocate.
 func BenchmarkHeartbeat(b *testing.B) {
-	cfg := DefaultConfig()
-	g := Restore(&cfg, stableRecord(10), nil, t0)
-	var fx Effects
-	g.Start(t0, &fx)
+	g, fx := stableGroup()
 	req := &pb.HeartbeatRequest{GroupId: "g", MemberId: "m3", GenerationId: 5}
 	now := t0
 	b.ReportAllocs()
@@ -23,7 +30,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 	for b.Loop() {
 		fx.Reset()
 		now = now.Add(time.Millisecond)
-		if code := g.Heartbeat(now, req, &fx); code != ErrNone {
+		if code := g.Heartbeat(now, req, fx); code != ErrNone {
 			b.Fatalf("heartbeat %d", code)
 		}
 	}
@@ -35,14 +42,11 @@ func BenchmarkHeartbeat(b *testing.B) {
 // TestHeartbeatDoesNotAllocate keeps the zero-allocation property checked by
 // plain test runs.
 func TestHeartbeatDoesNotAllocate(t *testing.T) {
-	cfg := DefaultConfig()
-	g := Restore(&cfg, stableRecord(10), nil, t0)
-	var fx Effects
-	g.Start(t0, &fx)
+	g, fx := stableGroup()
 	req := &pb.HeartbeatRequest{GroupId: "g", MemberId: "m3", GenerationId: 5}
 	allocs := testing.AllocsPerRun(1000, func() {
 		fx.Reset()
-		g.Heartbeat(t0, req, &fx)
+		g.Heartbeat(t0, req, fx)
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per heartbeat", allocs)
@@ -75,16 +79,13 @@ func commitRequest() *pb.OffsetCommitRequest {
 
 // BenchmarkCommit is commitOnce: the machine's part of a durable commit.
 func BenchmarkCommit(b *testing.B) {
-	cfg := DefaultConfig()
-	g := Restore(&cfg, stableRecord(10), nil, t0)
-	var fx Effects
-	g.Start(t0, &fx)
+	g, fx := stableGroup()
 	req := commitRequest()
 	now := t0
 	b.ReportAllocs()
 	for b.Loop() {
 		now = now.Add(time.Millisecond)
-		commitOnce(b, g, &fx, req, now)
+		commitOnce(b, g, fx, req, now)
 	}
 }
 
@@ -92,13 +93,10 @@ func BenchmarkCommit(b *testing.B) {
 // the write with its record, the committed offset (its own: the store
 // keeps it) and the answer.
 func TestCommitAllocations(t *testing.T) {
-	cfg := DefaultConfig()
-	g := Restore(&cfg, stableRecord(10), nil, t0)
-	var fx Effects
-	g.Start(t0, &fx)
+	g, fx := stableGroup()
 	req := commitRequest()
-	commitOnce(t, g, &fx, req, t0)
-	if allocs := testing.AllocsPerRun(1000, func() { commitOnce(t, g, &fx, req, t0) }); allocs > 3 {
+	commitOnce(t, g, fx, req, t0)
+	if allocs := testing.AllocsPerRun(1000, func() { commitOnce(t, g, fx, req, t0) }); allocs > 3 {
 		t.Fatalf("%v allocations per commit, want at most 3", allocs)
 	}
 	if o := g.Fetch(&pb.OffsetFetchRequest{GroupId: "g", Topics: []*pb.TopicPartitions{{Name: "t", Partitions: []int32{3}}}}); o.GetTopics()[0].GetPartitions()[0].GetOffset() != 42 {
