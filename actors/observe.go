@@ -414,17 +414,13 @@ func membersOf(d *pb.DescribeGroupResponse) []MemberView {
 }
 
 // baselineOf is what the next diff needs of a DescribeGroups answer's
-// members: ids and consumer-protocol assignments, sorted by id.
+// members (membersOf's ids and consumer-protocol assignments, in its order).
 func baselineOf(d *pb.DescribeGroupResponse) []memberAssignment {
-	out := make([]memberAssignment, 0, len(d.GetMembers()))
-	for _, m := range d.GetMembers() {
-		ma := memberAssignment{id: m.GetMemberId()}
-		if d.GetProtocolType() == "consumer" && len(m.GetAssignment()) > 0 {
-			ma.assignment = m.GetAssignment()
-		}
-		out = append(out, ma)
+	ms := membersOf(d)
+	out := make([]memberAssignment, len(ms))
+	for i, m := range ms {
+		out[i] = memberAssignment{id: m.MemberID, assignment: m.assignment}
 	}
-	slices.SortFunc(out, func(a, b memberAssignment) int { return cmp.Compare(a.id, b.id) })
 	return out
 }
 

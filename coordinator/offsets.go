@@ -11,11 +11,21 @@ import (
 )
 
 func commitErrors(req *pb.OffsetCommitRequest, code int32) *pb.OffsetCommitResponse {
-	topics := req.GetTopics()
+	return commitAnswer(req, partitionsIn(req), code)
+}
+
+// partitionsIn counts the partitions a commit names.
+func partitionsIn(req *pb.OffsetCommitRequest) int {
 	n := 0
-	for _, t := range topics {
+	for _, t := range req.GetTopics() {
 		n += len(t.GetPartitions())
 	}
+	return n
+}
+
+// commitAnswer is commitErrors for a commit of n partitions.
+func commitAnswer(req *pb.OffsetCommitRequest, n int, code int32) *pb.OffsetCommitResponse {
+	topics := req.GetTopics()
 	// The answer's messages are allocated together: one block for the
 	// usual commit of one partition, one array per kind otherwise.
 	var (
@@ -65,15 +75,12 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 	if m := g.members[req.GetMemberId()]; m != nil && (g.state == Stable || g.state == PreparingRebalance) {
 		fx.arm(TimerMember, m.id, m.sessionTimeout)
 	}
-	resp := commitErrors(req, ErrNone)
+	n := partitionsIn(req)
+	resp := commitAnswer(req, n, ErrNone)
 	nowMs := now.UnixMilli()
 	expireMs := int64(-1)
 	if r := req.GetRetentionTimeMs(); r > 0 {
 		expireMs = nowMs + r
-	}
-	n := 0
-	for _, t := range req.GetTopics() {
-		n += len(t.GetPartitions())
 	}
 	// A commit's records and their wrappers are allocated together, in the
 	// write itself for the usual commit of one partition. Each offset is an

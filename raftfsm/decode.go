@@ -35,7 +35,8 @@ func decodeGroupWrites(b []byte) (*raftpb.GroupWrites, error) {
 // first pass over it.
 type writeDecoder struct {
 	writes  []raftpb.GroupWrite
-	ptrs    []*pb.Record
+	ptrs    []*pb.Record // nptrs of them filled
+	nptrs   int
 	records []pb.Record
 	kinds   []pb.Record_Offset
 	fences  []pb.WriteFence
@@ -94,10 +95,8 @@ func countWrite(b []byte) (records, fences int, ok bool) {
 }
 
 func (d *writeDecoder) write(w *raftpb.GroupWrite, b []byte) bool {
-	if records, _, _ := countWrite(b); records > 0 {
-		// The pointers of this write's records, in order.
-		w.Records, d.ptrs = d.ptrs[:0:records], d.ptrs[records:]
-	}
+	// The write's records are the pointers it fills from here on.
+	first := d.nptrs
 	for len(b) > 0 {
 		num, typ, _, v, ok := nextField(&b)
 		if !ok || typ != protowire.BytesType {
@@ -114,7 +113,8 @@ func (d *writeDecoder) write(w *raftpb.GroupWrite, b []byte) bool {
 			if !d.record(r, v) {
 				return false
 			}
-			w.Records = append(w.Records, r)
+			d.ptrs[d.nptrs] = r
+			d.nptrs++
 		case 3:
 			f := &d.fences[0]
 			d.fences = d.fences[1:]
@@ -125,6 +125,9 @@ func (d *writeDecoder) write(w *raftpb.GroupWrite, b []byte) bool {
 		default:
 			return false
 		}
+	}
+	if d.nptrs > first {
+		w.Records = d.ptrs[first:d.nptrs:d.nptrs]
 	}
 	return true
 }
