@@ -132,7 +132,7 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 	switch m := req.(type) {
 	case *pb.HeartbeatRequest:
 		code := a.g.Heartbeat(now, m, &a.fx)
-		deliver(ctx, to, &pb.HeartbeatResponse{ErrorCode: code})
+		deliver(ctx, to, coordinator.HeartbeatAnswer(code))
 	case *pb.JoinGroupRequest:
 		var newID string
 		if m.GetMemberId() == "" {

@@ -30,9 +30,9 @@ func Absent(cfg *Config, req proto.Message) (resp proto.Message, create bool) {
 		return syncError(ErrUnknownMemberID), false
 	case *pb.HeartbeatRequest:
 		if r.GetGroupId() == "" {
-			return &pb.HeartbeatResponse{ErrorCode: ErrInvalidGroupID}, false
+			return HeartbeatAnswer(ErrInvalidGroupID), false
 		}
-		return &pb.HeartbeatResponse{ErrorCode: ErrUnknownMemberID}, false
+		return HeartbeatAnswer(ErrUnknownMemberID), false
 	case *pb.LeaveGroupRequest:
 		if r.GetGroupId() == "" {
 			return &pb.LeaveGroupResponse{ErrorCode: ErrInvalidGroupID}, false

@@ -492,21 +492,23 @@ func (g *Group) selectProtocol() string {
 	return best
 }
 
-// validateMember is Kafka's validateCurrentMember.
-func (g *Group) validateMember(memberID string, instanceID *string) int32 {
+// validateMember is Kafka's validateCurrentMember; it also returns the
+// member, so callers look it up once.
+func (g *Group) validateMember(memberID string, instanceID *string) (*member, int32) {
 	if instanceID != nil {
 		mapped, ok := g.static[*instanceID]
 		if !ok {
-			return ErrUnknownMemberID
+			return nil, ErrUnknownMemberID
 		}
 		if mapped != memberID {
-			return ErrFencedInstanceID
+			return nil, ErrFencedInstanceID
 		}
 	}
-	if _, ok := g.members[memberID]; !ok {
-		return ErrUnknownMemberID
+	m, ok := g.members[memberID]
+	if !ok {
+		return nil, ErrUnknownMemberID
 	}
-	return ErrNone
+	return m, ErrNone
 }
 
 // computeSubscribed derives the topics a "consumer" group subscribes to from

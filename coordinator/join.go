@@ -128,11 +128,11 @@ func (g *Group) joinKnown(now time.Time, req *pb.JoinGroupRequest, session, reba
 		g.addAndRebalance(now, req, session, rebalance, memberID, to, fx)
 		return
 	}
-	if code := g.validateMember(memberID, req.GroupInstanceId); code != ErrNone {
+	m, code := g.validateMember(memberID, req.GroupInstanceId)
+	if code != ErrNone {
 		fx.reply(to, joinError(memberID, code))
 		return
 	}
-	m := g.members[memberID]
 	switch g.state {
 	case PreparingRebalance:
 		g.updateMember(m, req, session, rebalance, to, fx)

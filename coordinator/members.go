@@ -110,10 +110,11 @@ func (g *Group) leaveOne(now time.Time, id *pb.MemberIdentity, fx *Effects) int3
 		g.tryCompleteJoin(now, fx)
 		return ErrNone
 	}
-	if code := g.validateMember(memberID, id.GroupInstanceId); code != ErrNone {
+	m, code := g.validateMember(memberID, id.GroupInstanceId)
+	if code != ErrNone {
 		return code
 	}
-	g.removeAndUpdate(now, g.members[memberID], fx)
+	g.removeAndUpdate(now, m, fx)
 	return ErrNone
 }
 

@@ -23,9 +23,9 @@ func NotCoordinator(req proto.Message, code int32) proto.Message {
 		return syncError(code)
 	case *pb.HeartbeatRequest:
 		if loading {
-			return &pb.HeartbeatResponse{}
+			return HeartbeatAnswer(ErrNone)
 		}
-		return &pb.HeartbeatResponse{ErrorCode: code}
+		return HeartbeatAnswer(code)
 	case *pb.LeaveGroupRequest:
 		return &pb.LeaveGroupResponse{ErrorCode: code}
 	case *pb.OffsetCommitRequest:
@@ -42,4 +42,22 @@ func NotCoordinator(req proto.Message, code int32) proto.Message {
 		return &pb.ListGroupsResponse{ErrorCode: code}
 	}
 	return nil
+}
+
+// heartbeatAnswers holds one answer per error code in [0, 128).
+var heartbeatAnswers = func() (a [128]*pb.HeartbeatResponse) {
+	for i := range a {
+		a[i] = &pb.HeartbeatResponse{ErrorCode: int32(i)}
+	}
+	return a
+}()
+
+// HeartbeatAnswer is the Heartbeat answer carrying code. Answers of the
+// common codes are shared, so a heartbeat allocates none: they are read-only
+// (reading and marshalling a message from many goroutines is safe).
+func HeartbeatAnswer(code int32) *pb.HeartbeatResponse {
+	if code >= 0 && int(code) < len(heartbeatAnswers) {
+		return heartbeatAnswers[code]
+	}
+	return &pb.HeartbeatResponse{ErrorCode: code}
 }

@@ -149,7 +149,7 @@ func (g *Group) validateCommit(req *pb.OffsetCommitRequest) int32 {
 	case gen < 0 && g.state == Empty:
 		return ErrNone // an admin or storage-only commit: no member check
 	case gen >= 0 || req.GetMemberId() != "" || req.GroupInstanceId != nil:
-		if code := g.validateMember(req.GetMemberId(), req.GroupInstanceId); code != ErrNone {
+		if _, code := g.validateMember(req.GetMemberId(), req.GroupInstanceId); code != ErrNone {
 			return code
 		}
 		if gen != g.generation && !seededbug.On("no-generation-check") {

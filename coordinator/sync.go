@@ -22,7 +22,8 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		fx.reply(to, syncError(ErrCoordinatorNotAvailable))
 		return
 	}
-	if code := g.validateMember(req.GetMemberId(), req.GroupInstanceId); code != ErrNone {
+	m, code := g.validateMember(req.GetMemberId(), req.GroupInstanceId)
+	if code != ErrNone {
 		fx.reply(to, syncError(code))
 		return
 	}
@@ -34,7 +35,6 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		fx.reply(to, syncError(ErrInconsistentGroupProto))
 		return
 	}
-	m := g.members[req.GetMemberId()]
 	if req.ProtocolName != nil && (g.protocolName == nil || req.GetProtocolName() != g.memberProtocol(m)) {
 		fx.reply(to, syncError(ErrInconsistentGroupProto))
 		return
@@ -170,13 +170,13 @@ func (g *Group) Heartbeat(now time.Time, req *pb.HeartbeatRequest, fx *Effects) 
 	if g.state == Dead {
 		return ErrCoordinatorNotAvailable
 	}
-	if code := g.validateMember(req.GetMemberId(), req.GroupInstanceId); code != ErrNone {
+	m, code := g.validateMember(req.GetMemberId(), req.GroupInstanceId)
+	if code != ErrNone {
 		return code
 	}
 	if req.GetGenerationId() != g.generation {
 		return ErrIllegalGeneration
 	}
-	m := g.members[req.GetMemberId()]
 	switch g.state {
 	case PreparingRebalance:
 		fx.arm(TimerMember, m.id, m.sessionTimeout)

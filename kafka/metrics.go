@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,8 +24,13 @@ const maxAPIKey = 80
 type apiMetrics struct {
 	name    string
 	latency prometheus.Observer
-	codes   sync.Map // int16 -> prometheus.Counter
+	// The counter of each error code, resolved on first use: codes -1 to
+	// 126 in an array (no hashing on the hot path), any other in the map.
+	common [128]atomic.Pointer[counter]
+	codes  sync.Map // int16 -> *counter
 }
+
+type counter struct{ prometheus.Counter }
 
 func newMetrics(reg prometheus.Registerer, l *Listener) *metrics {
 	m := &metrics{
@@ -59,18 +65,33 @@ func (m *metrics) observe(key int16, resp kmsg.Response, start time.Time) {
 	}
 	a.latency.Observe(time.Since(start).Seconds())
 	code := errorCodeOf(resp)
+	if i := int(code) + 1; i >= 0 && i < len(a.common) {
+		c := a.common[i].Load()
+		if c == nil {
+			c = m.counterFor(a, code)
+			a.common[i].Store(c)
+		}
+		c.Inc()
+		return
+	}
 	c, ok := a.codes.Load(code)
 	if !ok {
-		name := "NONE"
-		if code != 0 {
-			name = "UNKNOWN"
-			if e, ok := kerr.ErrorForCode(code).(*kerr.Error); ok {
-				name = e.Message
-			}
-		}
-		c, _ = a.codes.LoadOrStore(code, m.requests.WithLabelValues(a.name, name))
+		c, _ = a.codes.LoadOrStore(code, m.counterFor(a, code))
 	}
-	c.(prometheus.Counter).Inc()
+	c.(*counter).Inc()
+}
+
+// counterFor resolves the counter of one API and error code; racing
+// resolutions get the same series.
+func (m *metrics) counterFor(a *apiMetrics, code int16) *counter {
+	name := "NONE"
+	if code != 0 {
+		name = "UNKNOWN"
+		if e, ok := kerr.ErrorForCode(code).(*kerr.Error); ok {
+			name = e.Message
+		}
+	}
+	return &counter{m.requests.WithLabelValues(a.name, name)}
 }
 
 // errorCodeOf returns the error code that speaks for a whole answer: its
