@@ -17,13 +17,20 @@ type directory struct {
 
 type dirShard struct {
 	mu sync.RWMutex
-	m  map[string]*actor.PID
+	m  map[string]dirEntry
+}
+
+// dirEntry keeps the id with the actor, so that an id given as bytes can
+// be answered with the directory's own string (GroupID).
+type dirEntry struct {
+	id  string
+	pid *actor.PID
 }
 
 func newDirectory() *directory {
 	d := &directory{seed: maphash.MakeSeed()}
 	for i := range d.shards {
-		d.shards[i].m = map[string]*actor.PID{}
+		d.shards[i].m = map[string]dirEntry{}
 	}
 	return d
 }
@@ -35,15 +42,24 @@ func (d *directory) shard(id string) *dirShard {
 func (d *directory) Load(id string) (*actor.PID, bool) {
 	s := d.shard(id)
 	s.mu.RLock()
-	pid, ok := s.m[id]
+	e, ok := s.m[id]
 	s.mu.RUnlock()
-	return pid, ok
+	return e.pid, ok
+}
+
+// ID returns the directory's string equal to b, if it holds that group.
+func (d *directory) ID(b []byte) (string, bool) {
+	s := &d.shards[maphash.Bytes(d.seed, b)%uint64(len(d.shards))]
+	s.mu.RLock()
+	e, ok := s.m[string(b)]
+	s.mu.RUnlock()
+	return e.id, ok
 }
 
 func (d *directory) Store(id string, pid *actor.PID) {
 	s := d.shard(id)
 	s.mu.Lock()
-	s.m[id] = pid
+	s.m[id] = dirEntry{id: id, pid: pid}
 	s.mu.Unlock()
 }
 

@@ -200,6 +200,10 @@ func (c *Client) Call(ctx context.Context, req proto.Message) (proto.Message, er
 	return msg, nil
 }
 
+// GroupID returns the id string of a group this node has an actor for,
+// equal to b, so that a caller decoding requests need not allocate one.
+func (s *Service) GroupID(b []byte) (string, bool) { return s.env.directory.ID(b) }
+
 // AnswersHeartbeatsInline reports that Call answers a HeartbeatRequest
 // without waiting: the group actor runs on the caller's goroutine and a
 // heartbeat neither parks nor writes.

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/security"
 )
 
@@ -56,12 +57,16 @@ type conn struct {
 	werr   bool          // a write failed: the connection is closing
 
 	// Reader-owned scratch for heartbeats answered inline: the decoded
-	// request and the request context are reused, and the client id string
-	// is kept while it stays the same.
-	hb       kmsg.HeartbeatRequest
-	inline   request
-	clientID string
-	tags     tagReader
+	// request, the request context, the native request and the answer are
+	// reused, and the client, member and instance id strings are kept while
+	// they stay the same.
+	hb        kmsg.HeartbeatRequest
+	inline    request
+	clientID  string
+	tags      tagReader
+	hbStrings heartbeatStrings
+	hbNative  *grouppb.HeartbeatRequest // nil after a call that did not return
+	hbAnswer  kmsg.HeartbeatResponse
 
 	// tls is the connection's TLS state once its handshake completed; nil
 	// on a plaintext listener.
@@ -104,6 +109,10 @@ type request struct {
 	clientID string
 	c        *conn
 }
+
+// inline reports whether r is its connection's inline request, answered on
+// the reader goroutine: the reader's scratch messages are r's to use.
+func (r *request) inline() bool { return r.c != nil && r == &r.c.inline }
 
 func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(parent)
@@ -349,7 +358,9 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 	if borrowed && !inline {
 		body = bytes.Clone(body)
 	}
-	if err := kreq.ReadFrom(body); err != nil {
+	if inline && decodeHeartbeat(body, h.version, &c.hb, c.l.groupIDs, &c.hbStrings) {
+		// decoded without kmsg: same fields, fewer copies
+	} else if err := kreq.ReadFrom(body); err != nil {
 		return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
 	}
 	if inline {
@@ -390,6 +401,10 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 		return nil
 	}
 	c.wmu.Unlock()
+	if hr, ok := resp.(*kmsg.HeartbeatResponse); ok && hr == &c.hbAnswer {
+		cp := *hr // the next inline heartbeat reuses c.hbAnswer
+		resp = &cp
+	}
 	return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
 }
 

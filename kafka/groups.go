@@ -161,16 +161,36 @@ func (l *Listener) syncGroup(ctx context.Context, r *request, req *kmsg.SyncGrou
 }
 
 func (l *Listener) heartbeat(ctx context.Context, r *request, req *kmsg.HeartbeatRequest) kmsg.Response {
-	resp := kmsg.NewPtrHeartbeatResponse()
+	inline := r.inline()
+	var resp *kmsg.HeartbeatResponse
+	if inline {
+		r.c.hbAnswer = kmsg.HeartbeatResponse{}
+		resp = &r.c.hbAnswer
+	} else {
+		resp = kmsg.NewPtrHeartbeatResponse()
+	}
 	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
 		resp.ErrorCode = groupDenied
 		return resp
 	}
-	n := &grouppb.HeartbeatRequest{GroupId: req.Group, GenerationId: req.Generation, MemberId: req.MemberID}
+	var n *grouppb.HeartbeatRequest
+	if inline {
+		// The group actor is done with the native request once it has
+		// answered; one that did not answer in time may still be queued
+		// there, so only an answered one is kept for the next heartbeat.
+		n, r.c.hbNative = r.c.hbNative, nil
+	}
+	if n == nil {
+		n = &grouppb.HeartbeatRequest{}
+	}
+	n.GroupId, n.GenerationId, n.MemberId, n.GroupInstanceId = req.Group, req.Generation, req.MemberID, nil
 	if r.version >= 3 {
 		n.GroupInstanceId = req.InstanceID
 	}
 	out, err := call[*grouppb.HeartbeatResponse](ctx, l, 0, n)
+	if err == nil && inline {
+		r.c.hbNative = n
+	}
 	if err != nil {
 		resp.ErrorCode = callErrorCode(err)
 		return resp

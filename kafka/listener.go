@@ -200,6 +200,7 @@ type Listener struct {
 
 	// inlineHeartbeats: groups answers heartbeats without waiting.
 	inlineHeartbeats bool
+	groupIDs         GroupIDs // nil: heartbeat group ids are copied
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
 
@@ -261,6 +262,7 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 	if ih, ok := groups.(InlineHeartbeats); ok {
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
 	}
+	l.groupIDs, _ = groups.(GroupIDs)
 	if cfg.Security != nil {
 		if cfg.Security.SASL && cfg.Security.Store == nil {
 			ln.Close()

@@ -1,0 +1,113 @@
+package kafka
+
+import (
+	"encoding/binary"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// GroupIDs is implemented by a Groups that can hand out the id string of a
+// group it holds: the listener then decodes a heartbeat's group id without
+// allocating a copy of it.
+type GroupIDs interface {
+	GroupID(b []byte) (string, bool)
+}
+
+// heartbeatStrings are the strings an inline heartbeat reuses: the last
+// member id and instance id seen on the connection (a Kafka consumer sends
+// every heartbeat of its member on one connection).
+type heartbeatStrings struct {
+	member   string
+	instance string
+}
+
+// decodeHeartbeat decodes a well-formed Heartbeat request body into hb,
+// reusing strings: the group id from ids when the group is held there, the
+// member and instance ids from last when they repeat. It reports false,
+// leaving hb for kmsg to decode, for anything else: a negative or overlong
+// length, a tagged field, bytes after the body. Where it reports true, hb
+// holds what kmsg's ReadFrom decodes from the same bytes.
+func decodeHeartbeat(body []byte, version int16, hb *kmsg.HeartbeatRequest, ids GroupIDs, last *heartbeatStrings) bool {
+	flexible := version >= 4
+	group, rest, ok := heartbeatString(body, flexible)
+	if !ok || len(rest) < 4 {
+		return false
+	}
+	gen := int32(binary.BigEndian.Uint32(rest))
+	member, rest, ok := heartbeatString(rest[4:], flexible)
+	if !ok {
+		return false
+	}
+	var instance []byte
+	hasInstance := false
+	if version >= 3 {
+		if instance, rest, hasInstance, ok = heartbeatNullable(rest, flexible); !ok {
+			return false
+		}
+	}
+	if flexible {
+		if len(rest) == 0 || rest[0] != 0 { // tagged fields: kmsg keeps them
+			return false
+		}
+		rest = rest[1:]
+	}
+	if len(rest) != 0 {
+		return false
+	}
+	*hb = kmsg.HeartbeatRequest{Version: version, Generation: gen, MemberID: reuse(&last.member, member)}
+	if id, held := groupID(ids, group); held {
+		hb.Group = id
+	} else {
+		hb.Group = string(group)
+	}
+	if hasInstance {
+		s := reuse(&last.instance, instance)
+		hb.InstanceID = &s
+	}
+	return true
+}
+
+func groupID(ids GroupIDs, b []byte) (string, bool) {
+	if ids == nil {
+		return "", false
+	}
+	return ids.GroupID(b)
+}
+
+// reuse returns b as a string: *last when equal, else a new one kept there.
+func reuse(last *string, b []byte) string {
+	if string(b) != *last {
+		*last = string(b)
+	}
+	return *last
+}
+
+// heartbeatString reads a non-null string: int16 length, or for flexible
+// versions an unsigned varint of length+1 that fits one byte.
+func heartbeatString(b []byte, flexible bool) (s, rest []byte, ok bool) {
+	s, rest, present, ok := heartbeatNullable(b, flexible)
+	return s, rest, ok && present
+}
+
+// heartbeatNullable reads a nullable string; present is false for null.
+func heartbeatNullable(b []byte, flexible bool) (s, rest []byte, present, ok bool) {
+	var n int
+	if flexible {
+		if len(b) < 1 || b[0] >= 0x80 { // long strings take kmsg's path
+			return nil, nil, false, false
+		}
+		n, b = int(b[0])-1, b[1:]
+	} else {
+		if len(b) < 2 {
+			return nil, nil, false, false
+		}
+		n, b = int(int16(binary.BigEndian.Uint16(b))), b[2:]
+	}
+	if n == -1 {
+		return nil, b, false, true
+	}
+	if n < 0 || n > len(b) {
+		return nil, nil, false, false
+	}
+	return b[:n], b[n:], true, true
+}
