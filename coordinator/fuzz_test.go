@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -315,7 +316,10 @@ func (d *groupDriver) failover() {
 	h.apply()
 }
 
-func runFuzz(t *testing.T, data []byte) {
+func runFuzz(t *testing.T, data []byte) { runFuzzLog(t, data, nil) }
+
+// runFuzzLog is runFuzz writing the harness log to log (when not nil).
+func runFuzzLog(t *testing.T, data []byte, log *strings.Builder) {
 	in := &fuzzInput{b: data}
 	cfgByte := in.next()
 	h := newHarness(t, func(c *Config) {
@@ -327,6 +331,7 @@ func runFuzz(t *testing.T, data []byte) {
 		c.OffsetsRetention = 2 * time.Hour
 		c.OffsetsRetentionCheckInterval = 30 * time.Minute
 	})
+	h.log = log
 	d := &groupDriver{h: h, in: in, big: make([]byte, 2100)}
 	for steps := 0; in.more() && steps < 400; steps++ {
 		d.step()
@@ -349,6 +354,43 @@ func FuzzGroup(f *testing.F) {
 	f.Add([]byte{2, 7, 1, 0, 0, 0, 0, 9, 12, 9, 10, 1, 11, 17, 0, 12, 8})
 	f.Add([]byte("the quick brown fox jumps over the lazy dog, twice: the quick brown fox jumps over the lazy dog"))
 	f.Fuzz(runFuzz)
+}
+
+// TestLazySessionsMatchEager: random walks answer, write and report the same
+// things at the same moments whether heartbeats and commits re-arm the
+// session timer every time or only move the session's end (sessions.go).
+func TestLazySessionsMatchEager(t *testing.T) {
+	seed := uint64(0x2545f4914f6cdd1d)
+	for i := range 200 {
+		data := make([]byte, 3000)
+		for j := range data {
+			seed ^= seed << 13
+			seed ^= seed >> 7
+			seed ^= seed << 17
+			data[j] = byte(seed)
+		}
+		var lazy, eager strings.Builder
+		runFuzzLog(t, data, &lazy)
+		eagerSessions = true
+		runFuzzLog(t, data, &eager)
+		eagerSessions = false
+		// Within one moment the order may differ (the group walks maps), so
+		// the lines are compared sorted; each carries its moment.
+		l, e := strings.Split(lazy.String(), "\n"), strings.Split(eager.String(), "\n")
+		slices.Sort(l)
+		slices.Sort(e)
+		for k := range min(len(l), len(e)) {
+			if l[k] != e[k] {
+				t.Fatalf("walk %d: lazy has %s\neager has %s", i, l[k], e[k])
+			}
+		}
+		if len(l) != len(e) {
+			t.Fatalf("walk %d: %d lines lazy, %d eager", i, len(l), len(e))
+		}
+		if strings.Count(lazy.String(), "answer") < 10 {
+			t.Fatalf("walk %d answered almost nothing:\n%s", i, lazy.String())
+		}
+	}
 }
 
 // The seeds and the inputs the fuzzer found also run as plain tests; this

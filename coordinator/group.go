@@ -58,6 +58,11 @@ type member struct {
 	syncedGen int32
 	blocksGen int32
 
+	// sessionUntil is when the member's session ends, in nanoseconds since
+	// the group's epoch, when heartbeats extended it past the armed timer
+	// (sessions.go); 0 when the timer is the session's end or unknown.
+	sessionUntil int64
+
 	// The small fields last, packed: every member of every group has them.
 	joinVersion int32
 	isNew       bool
@@ -130,6 +135,10 @@ type initialDelay struct {
 type Group struct {
 	id  string
 	cfg *Config
+
+	// epoch is the clock reading member session ends count from
+	// (sessions.go); set on first use.
+	epoch time.Time
 
 	state     State
 	stateTime time.Time
@@ -271,7 +280,7 @@ func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now t
 func (g *Group) Start(now time.Time, fx *Effects) {
 	fx.arm(TimerOffsetExpiry, "", g.cfg.OffsetsRetentionCheckInterval)
 	for _, m := range g.order {
-		fx.arm(TimerMember, m.id, m.sessionTimeout)
+		g.armSession(m, m.sessionTimeout, fx)
 	}
 	if (len(g.members) > g.cfg.maxSize() || g.rebalancePending) && g.state == Stable {
 		g.prepareRebalance(now, fx)
@@ -377,7 +386,7 @@ func (g *Group) addMember(m *member) {
 // its removal starts). A parked JoinGroup must be answered by the caller.
 func (g *Group) removeMember(m *member, fx *Effects) {
 	if fx != nil {
-		fx.cancel(TimerMember, m.id)
+		g.cancelSession(m, fx)
 		if m.syncReply != nil {
 			fx.reply(m.syncReply, syncError(ErrRebalanceInProgress))
 		}

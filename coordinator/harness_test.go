@@ -3,9 +3,11 @@ package coordinator
 import (
 	"cmp"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
@@ -33,9 +35,10 @@ type harness struct {
 	written []*pb.Record
 	failErr error // when set, writes fail with it
 	lastGen int32
-	durable []*pb.Record // records of successful writes, in order
-	gone    bool         // the group reported Effects.Gone
-	events  []Event      // every event reported
+	durable []*pb.Record     // records of successful writes, in order
+	gone    bool             // the group reported Effects.Gone
+	events  []Event          // every event reported
+	log     *strings.Builder // when set: every answer, write and event, with its time
 }
 
 func newHarness(t testing.TB, mutate ...func(*Config)) *harness {
@@ -61,12 +64,33 @@ func (h *harness) newID() string {
 	return fmt.Sprintf("id%d", h.ids)
 }
 
+// logEffects writes what fx answers, writes and reports to h.log, a line
+// each: what a group's users see, without its timers.
+func (h *harness) logEffects(fx *Effects) {
+	if h.log == nil {
+		return
+	}
+	at := h.now.Sub(t0)
+	for _, r := range fx.Replies {
+		fmt.Fprintf(h.log, "%v answer %v: %v\n", at, r.To, prototext.MarshalOptions{}.Format(r.Msg))
+	}
+	for _, p := range fx.Persists {
+		for _, rec := range p.Records {
+			fmt.Fprintf(h.log, "%v write: %v\n", at, prototext.MarshalOptions{}.Format(rec))
+		}
+	}
+	for _, ev := range fx.Events {
+		fmt.Fprintf(h.log, "%v event: %+v\n", at, ev)
+	}
+}
+
 // apply executes the effects collected by the last call.
 func (h *harness) apply() {
 	for {
 		fx := h.fx
 		h.fx = Effects{}
 		h.events = append(h.events, fx.Events...)
+		h.logEffects(&fx)
 		for _, r := range fx.Replies {
 			id := r.To.(int)
 			h.replies[id] = append(h.replies[id], r.Msg)
@@ -405,8 +429,13 @@ func (h *harness) checkTimers() error {
 		return nil
 	}
 	for _, m := range g.order {
-		if _, ok := h.timers[memberKey(m.id)]; !ok && m.joinReply == nil && m.syncReply == nil {
+		at, ok := h.timers[memberKey(m.id)]
+		if !ok && m.joinReply == nil && m.syncReply == nil {
 			return fmt.Errorf("member %q has no liveness timer in %v", m.id, g.state)
+		}
+		if m.sessionUntil != 0 && (!ok || at.After(g.epoch.Add(time.Duration(m.sessionUntil)))) {
+			return fmt.Errorf("member %q: session extended to %v without a timer armed before it (timer %v, armed %v)",
+				m.id, g.epoch.Add(time.Duration(m.sessionUntil)).Sub(t0), at.Sub(t0), ok)
 		}
 	}
 	for id := range g.pending {

@@ -56,9 +56,14 @@ func checkMsg(t testing.TB, what string, want, got proto.Message) {
 // elapsed is the virtual time since t0.
 func (h *harness) elapsed() time.Duration { return h.now.Sub(t0) }
 
-// deadline returns when the timer under key fires, if it is armed.
+// deadline returns when the timer under key fires, if it is armed. For a
+// member whose heartbeats extended its session past the armed timer, that
+// is when the session ends (the timer re-arms when it fires).
 func (h *harness) deadline(key TimerKey) (time.Duration, bool) {
 	d, ok := h.timers[key]
+	if m := h.g.members[key.Member]; ok && key.Kind == TimerMember && m != nil && m.sessionUntil != 0 {
+		d = h.g.epoch.Add(time.Duration(m.sessionUntil))
+	}
 	return d.Sub(t0), ok
 }
 

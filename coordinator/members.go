@@ -34,6 +34,9 @@ func (g *Group) onMemberTimer(now time.Time, id string, fx *Effects) {
 		return
 	}
 	m := g.members[id]
+	if m != nil && g.sessionGoesOn(now, m, fx) {
+		return
+	}
 	switch {
 	case m == nil:
 		return
@@ -163,7 +166,7 @@ func (g *Group) Unload(now time.Time, fx *Effects) {
 
 func (g *Group) cancelAllTimers(fx *Effects) {
 	for _, m := range g.order {
-		fx.cancel(TimerMember, m.id)
+		g.cancelSession(m, fx)
 	}
 	for id := range g.pending {
 		fx.cancel(TimerMember, id)

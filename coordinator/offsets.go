@@ -73,7 +73,7 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 		return
 	}
 	if m := g.members[req.GetMemberId()]; m != nil && (g.state == Stable || g.state == PreparingRebalance) {
-		fx.arm(TimerMember, m.id, m.sessionTimeout)
+		g.extendSession(now, m, fx)
 	}
 	n := partitionsIn(req)
 	resp := commitAnswer(req, n, ErrNone)

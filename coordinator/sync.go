@@ -56,7 +56,7 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 	case Stable:
 		g.removePendingSync(m.id, fx)
 		g.closeTakeover(m.id)
-		fx.arm(TimerMember, m.id, m.sessionTimeout)
+		g.armSession(m, m.sessionTimeout, fx)
 		fx.reply(to, g.syncResponse(m))
 		g.guardAnswered(m)
 	default: // Empty (unreachable: the member check fails first)
@@ -115,7 +115,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 			if m.syncReply != nil {
 				fx.reply(m.syncReply, syncError(code))
 				m.syncReply = nil
-				fx.arm(TimerMember, m.id, m.sessionTimeout)
+				g.armSession(m, m.sessionTimeout, fx)
 			}
 		}
 		g.prepareRebalance(now, fx)
@@ -127,7 +127,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 			fx.reply(m.syncReply, g.syncResponse(m))
 			g.guardAnswered(m)
 			m.syncReply = nil
-			fx.arm(TimerMember, m.id, m.sessionTimeout)
+			g.armSession(m, m.sessionTimeout, fx)
 		}
 	}
 	g.transition(Stable, now)
@@ -179,11 +179,11 @@ func (g *Group) Heartbeat(now time.Time, req *pb.HeartbeatRequest, fx *Effects) 
 	}
 	switch g.state {
 	case PreparingRebalance:
-		fx.arm(TimerMember, m.id, m.sessionTimeout)
+		g.extendSession(now, m, fx)
 		return ErrRebalanceInProgress
 	case CompletingRebalance, Stable:
 		g.closeTakeover(m.id)
-		fx.arm(TimerMember, m.id, m.sessionTimeout)
+		g.extendSession(now, m, fx)
 		if g.guard.gen != 0 && g.guardRelease(now, m, fx) {
 			return ErrRebalanceInProgress
 		}
