@@ -185,6 +185,36 @@ func TestSessionTimerFiresThroughActor(t *testing.T) {
 	})
 }
 
+// Heartbeats only move the session's end: the timer fires early, is armed
+// again for the rest, and the member still expires exactly one session
+// timeout after its last heartbeat.
+func TestExtendedSessionExpiresOnTimeThroughActor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc := startService(t, raftfsm.NewMemoryStore())
+		ids, gen := formGroup(t, svc, "g", 1)
+		start := time.Now()
+		for time.Since(start) < time.Minute { // six times the 10 s session
+			time.Sleep(2500 * time.Millisecond)
+			hb := ask[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: ids[0]})
+			if hb.ErrorCode != coordinator.ErrNone {
+				t.Fatalf("heartbeat at %v: %d", time.Since(start), hb.ErrorCode)
+			}
+		}
+		members := func() int {
+			return len(ask[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g"}).Members)
+		}
+		time.Sleep(10*time.Second - time.Millisecond)
+		if n := members(); n != 1 {
+			t.Fatalf("%d members just before the session ends, want 1", n)
+		}
+		time.Sleep(2 * time.Millisecond)
+		synctest.Wait()
+		if n := members(); n != 0 {
+			t.Fatalf("%d members just after the session ended, want 0", n)
+		}
+	})
+}
+
 // The join timer fires through the actor: a member that does not re-join
 // within the rebalance timeout is evicted and the group completes.
 func TestRebalanceTimeoutEvictsThroughActor(t *testing.T) {
