@@ -12,14 +12,17 @@
 // id; every liveness event (join completion, heartbeat, commit, sync, static
 // replacement) replaces it. A member added by JoinGroup gets the new-member join
 // timeout; join completion replaces that with the session timeout before the
-// member stops being new. When a timer fires the machine decides from the
-// member's current state alone (pending, new, parked in join or sync, or
-// neither). Because there is never more than one timer per member and no
-// deadline arithmetic, KAFKA-9232 (the new-member timer outliving join
-// completion) and KAFKA-9752 (a member left with no session timer after join
-// completion) cannot happen. The group has two more timers: the join timer
-// (rebalance timeout or initial delay) and the pending-sync timer, and a
-// periodic offset-expiry timer.
+// member stops being new. Heartbeats and commits, the frequent events, do not
+// touch an armed timer: they move the member's session end, and a timer that
+// fires before that end is armed again for the rest (sessions.go), so the
+// member expires at the same moment. When a timer fires at a session's end
+// the machine decides from the member's current state alone (pending, new,
+// parked in join or sync, or neither). Because there is never more than one
+// timer per member and every other event replaces it, KAFKA-9232 (the
+// new-member timer outliving join completion) and KAFKA-9752 (a member left
+// with no session timer after join completion) cannot happen. The group has
+// two more timers: the join timer (rebalance timeout or initial delay) and the
+// pending-sync timer, and a periodic offset-expiry timer.
 //
 // Generations are never answered twice. Kafka persists a group only when it
 // turns Stable or Empty, so a coordinator that takes over mid-rebalance can
