@@ -360,15 +360,9 @@ func FuzzGroup(f *testing.F) {
 // things at the same moments whether heartbeats and commits re-arm the
 // session timer every time or only move the session's end (sessions.go).
 func TestLazySessionsMatchEager(t *testing.T) {
-	seed := uint64(0x2545f4914f6cdd1d)
+	next := walks(0x2545f4914f6cdd1d)
 	for i := range 200 {
-		data := make([]byte, 3000)
-		for j := range data {
-			seed ^= seed << 13
-			seed ^= seed >> 7
-			seed ^= seed << 17
-			data[j] = byte(seed)
-		}
+		data := next()
 		var lazy, eager strings.Builder
 		runFuzzLog(t, data, &lazy)
 		eagerSessions = true
@@ -396,8 +390,17 @@ func TestLazySessionsMatchEager(t *testing.T) {
 // The seeds and the inputs the fuzzer found also run as plain tests; this
 // one adds a deterministic pseudo-random walk so every run covers more.
 func TestFuzzRandomWalks(t *testing.T) {
-	seed := uint64(0x9e3779b97f4a7c15)
+	next := walks(0x9e3779b97f4a7c15)
 	for i := range 100 {
+		data := next()
+		t.Run(fmt.Sprint(i), func(t *testing.T) { runFuzz(t, data) })
+	}
+}
+
+// walks returns a generator of deterministic pseudo-random fuzz inputs
+// (xorshift from seed), 3,000 bytes each.
+func walks(seed uint64) func() []byte {
+	return func() []byte {
 		data := make([]byte, 3000)
 		for j := range data {
 			seed ^= seed << 13
@@ -405,6 +408,6 @@ func TestFuzzRandomWalks(t *testing.T) {
 			seed ^= seed << 17
 			data[j] = byte(seed)
 		}
-		t.Run(fmt.Sprint(i), func(t *testing.T) { runFuzz(t, data) })
+		return data
 	}
 }
