@@ -35,9 +35,9 @@ func newDirectory() *directory {
 	return d
 }
 
-func (d *directory) shard(id string) *dirShard {
-	return &d.shards[maphash.String(d.seed, id)%uint64(len(d.shards))]
-}
+func (d *directory) shard(id string) *dirShard { return d.shardOf(maphash.String(d.seed, id)) }
+
+func (d *directory) shardOf(h uint64) *dirShard { return &d.shards[h%uint64(len(d.shards))] }
 
 func (d *directory) Load(id string) (*actor.PID, bool) {
 	s := d.shard(id)
@@ -49,7 +49,7 @@ func (d *directory) Load(id string) (*actor.PID, bool) {
 
 // ID returns the directory's string equal to b, if it holds that group.
 func (d *directory) ID(b []byte) (string, bool) {
-	s := &d.shards[maphash.Bytes(d.seed, b)%uint64(len(d.shards))]
+	s := d.shardOf(maphash.Bytes(d.seed, b))
 	s.mu.RLock()
 	e, ok := s.m[string(b)]
 	s.mu.RUnlock()

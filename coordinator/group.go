@@ -137,7 +137,7 @@ type Group struct {
 	cfg *Config
 
 	// epoch is the clock reading member session ends count from
-	// (sessions.go); set on first use.
+	// (sessions.go): the group's creation.
 	epoch time.Time
 
 	state     State
@@ -197,6 +197,7 @@ func New(id string, cfg *Config, now time.Time) *Group {
 	return &Group{
 		id:             id,
 		cfg:            cfg,
+		epoch:          now,
 		state:          Empty,
 		stateTime:      now,
 		members:        map[string]*member{},

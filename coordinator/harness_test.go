@@ -433,9 +433,9 @@ func (h *harness) checkTimers() error {
 		if !ok && m.joinReply == nil && m.syncReply == nil {
 			return fmt.Errorf("member %q has no liveness timer in %v", m.id, g.state)
 		}
-		if m.sessionUntil != 0 && (!ok || at.After(g.epoch.Add(time.Duration(m.sessionUntil)))) {
+		if m.sessionUntil != 0 && (!ok || at.After(sessionEnd(g, m))) {
 			return fmt.Errorf("member %q: session extended to %v without a timer armed before it (timer %v, armed %v)",
-				m.id, g.epoch.Add(time.Duration(m.sessionUntil)).Sub(t0), at.Sub(t0), ok)
+				m.id, sessionEnd(g, m).Sub(t0), at.Sub(t0), ok)
 		}
 	}
 	for id := range g.pending {

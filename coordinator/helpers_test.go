@@ -62,10 +62,13 @@ func (h *harness) elapsed() time.Duration { return h.now.Sub(t0) }
 func (h *harness) deadline(key TimerKey) (time.Duration, bool) {
 	d, ok := h.timers[key]
 	if m := h.g.members[key.Member]; ok && key.Kind == TimerMember && m != nil && m.sessionUntil != 0 {
-		d = h.g.epoch.Add(time.Duration(m.sessionUntil))
+		d = sessionEnd(h.g, m)
 	}
 	return d.Sub(t0), ok
 }
+
+// sessionEnd is when m's extended session ends (m.sessionUntil != 0).
+func sessionEnd(g *Group, m *member) time.Time { return g.epoch.Add(time.Duration(m.sessionUntil)) }
 
 func memberKey(id string) TimerKey { return TimerKey{Kind: TimerMember, Member: id} }
 

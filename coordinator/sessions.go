@@ -19,12 +19,7 @@ import "time"
 var eagerSessions bool
 
 // sinceEpoch is now in nanoseconds since the group's epoch.
-func (g *Group) sinceEpoch(now time.Time) int64 {
-	if g.epoch.IsZero() {
-		g.epoch = now
-	}
-	return int64(now.Sub(g.epoch))
-}
+func (g *Group) sinceEpoch(now time.Time) int64 { return int64(now.Sub(g.epoch)) }
 
 // armSession arms m's timer to fire after d, replacing any other.
 func (g *Group) armSession(m *member, d time.Duration, fx *Effects) {

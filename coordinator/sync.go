@@ -192,3 +192,21 @@ func (g *Group) Heartbeat(now time.Time, req *pb.HeartbeatRequest, fx *Effects) 
 		return ErrUnknownMemberID
 	}
 }
+
+// heartbeatAnswers holds one answer per error code in [0, 128).
+var heartbeatAnswers = func() (a [128]*pb.HeartbeatResponse) {
+	for i := range a {
+		a[i] = &pb.HeartbeatResponse{ErrorCode: int32(i)}
+	}
+	return a
+}()
+
+// HeartbeatAnswer is the Heartbeat answer carrying code. Answers of the
+// common codes are shared, so a heartbeat allocates none: they are read-only
+// (reading and marshalling a message from many goroutines is safe).
+func HeartbeatAnswer(code int32) *pb.HeartbeatResponse {
+	if code >= 0 && int(code) < len(heartbeatAnswers) {
+		return heartbeatAnswers[code]
+	}
+	return &pb.HeartbeatResponse{ErrorCode: code}
+}

@@ -224,12 +224,7 @@ func (c *conn) readLoop() error {
 }
 
 // clientIDString returns b as a string, reusing the last one when equal.
-func (c *conn) clientIDString(b []byte) string {
-	if string(b) != c.clientID {
-		c.clientID = string(b)
-	}
-	return c.clientID
-}
+func (c *conn) clientIDString(b []byte) string { return reuse(&c.clientID, b) }
 
 // readBody reads n bytes; big frames grow with the data that actually arrives
 // rather than being allocated up front from a claimed size.
@@ -358,10 +353,12 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 	if borrowed && !inline {
 		body = bytes.Clone(body)
 	}
-	if inline && decodeHeartbeat(body, h.version, &c.hb, c.l.groupIDs, &c.hbStrings) {
-		// decoded without kmsg: same fields, fewer copies
-	} else if err := kreq.ReadFrom(body); err != nil {
-		return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
+	// A well-formed inline heartbeat is decoded without kmsg (same fields,
+	// fewer copies).
+	if !inline || !decodeHeartbeat(body, h.version, &c.hb, c.l.groupIDs, &c.hbStrings) {
+		if err := kreq.ReadFrom(body); err != nil {
+			return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
+		}
 	}
 	if inline {
 		c.inline = request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}

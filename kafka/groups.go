@@ -188,12 +188,12 @@ func (l *Listener) heartbeat(ctx context.Context, r *request, req *kmsg.Heartbea
 		n.GroupInstanceId = req.InstanceID
 	}
 	out, err := call[*grouppb.HeartbeatResponse](ctx, l, 0, n)
-	if err == nil && inline {
-		r.c.hbNative = n
-	}
 	if err != nil {
 		resp.ErrorCode = callErrorCode(err)
 		return resp
+	}
+	if inline {
+		r.c.hbNative = n
 	}
 	resp.ErrorCode = int16(out.ErrorCode)
 	return resp

@@ -6,13 +6,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// GroupIDs is implemented by a Groups that can hand out the id string of a
-// group it holds: the listener then decodes a heartbeat's group id without
-// allocating a copy of it.
-type GroupIDs interface {
-	GroupID(b []byte) (string, bool)
-}
-
 // heartbeatStrings are the strings an inline heartbeat reuses: the last
 // member id and instance id seen on the connection (a Kafka consumer sends
 // every heartbeat of its member on one connection).

@@ -42,6 +42,13 @@ type InlineHeartbeats interface {
 	AnswersHeartbeatsInline() bool
 }
 
+// GroupIDs is implemented by a Groups that can hand out the id string of a
+// group it holds: the listener then decodes a heartbeat's group id without
+// allocating a copy of it.
+type GroupIDs interface {
+	GroupID(b []byte) (string, bool)
+}
+
 // Coordinating is implemented by a Groups that may not coordinate groups at
 // times (a Raft follower). While it does not, the listener skips its own
 // topic checks so that the answer is NOT_COORDINATOR, not a catalog error
