@@ -276,9 +276,12 @@ func (a *groupActor) armWake(at int64) {
 	t.wake.Reset(after)
 }
 
-// deliver sends an answer to a PID or a local call's reply channel.
+// deliver sends an answer to a PID, a local call's reply channel or a local
+// caller's Answerer.
 func deliver(ctx actor.Context, to coordinator.ReplyTo, msg proto.Message) {
 	switch to := to.(type) {
+	case coordinator.Answerer:
+		to.Answer(msg)
 	case *actor.PID:
 		if to != nil {
 			ctx.Send(to, msg)

@@ -57,10 +57,11 @@ type guardCounters struct {
 	withheld, followUps atomic.Uint64
 }
 
-// call is a local request: the answer goes to reply (capacity 1).
+// call is a local request: the answer goes to reply, a channel of capacity
+// 1 (Service.CallWithin) or a coordinator.Answerer (Service.Send).
 type call struct {
 	req   proto.Message
-	reply chan proto.Message
+	reply coordinator.ReplyTo
 }
 
 // groupRequest is every native request addressed to one group.

@@ -68,17 +68,11 @@ func (s *Service) CallWithin(ctx context.Context, req proto.Message, timeout tim
 	if _, ok := ctx.Deadline(); !ok && timeout <= 0 {
 		timeout = DefaultCallTimeout
 	}
-	target := s.router
-	if gr, ok := req.(groupRequest); ok {
-		if pid, ok := s.env.directory.Load(gr.GetGroupId()); ok {
-			target = pid
-		}
-	}
 	reply, _ := s.replies.Get().(chan proto.Message)
 	if reply == nil {
 		reply = make(chan proto.Message, 1)
 	}
-	s.system.Root.Send(target, &call{req: req, reply: reply})
+	s.system.Root.Send(s.target(req), &call{req: req, reply: reply})
 	select {
 	case res := <-reply:
 		s.replies.Put(reply)
@@ -101,6 +95,24 @@ func (s *Service) CallWithin(ctx context.Context, req proto.Message, timeout tim
 	}
 	// The answer may still come: the channel is not reused.
 	return nil, ErrTimeout
+}
+
+// Send is CallWithin without the wait: the answer goes to to.Answer, on an
+// actor's goroutine. A request lost with a stopping actor is never
+// answered, so the caller bounds its own wait.
+func (s *Service) Send(req proto.Message, to coordinator.Answerer) {
+	s.system.Root.Send(s.target(req), &call{req: req, reply: to})
+}
+
+// target is where req goes: straight to its group's actor when that exists,
+// to the groups actor otherwise.
+func (s *Service) target(req proto.Message) *actor.PID {
+	if gr, ok := req.(groupRequest); ok {
+		if pid, ok := s.env.directory.Load(gr.GetGroupId()); ok {
+			return pid
+		}
+	}
+	return s.router
 }
 
 // timer returns a pooled timer set to fire after d.

@@ -12,6 +12,13 @@ import (
 // hands it back in a Reply; the actor decides what it is.
 type ReplyTo any
 
+// Answerer is a ReplyTo for a local caller that does not wait for its
+// answer: the actor hands the answer to Answer, on its own goroutine. Answer
+// must not block.
+type Answerer interface {
+	Answer(proto.Message)
+}
+
 // Reply is a response to deliver.
 type Reply struct {
 	To  ReplyTo

@@ -19,6 +19,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/proto"
 
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/security"
@@ -68,6 +69,8 @@ type conn struct {
 	hbNative  *grouppb.HeartbeatRequest // nil after a call that did not return
 	hbAnswer  kmsg.HeartbeatResponse
 
+	expiry *time.Timer // the writer's deadline for asynchronous answers
+
 	// tls is the connection's TLS state once its handshake completed; nil
 	// on a plaintext listener.
 	tls *tls.ConnectionState
@@ -99,9 +102,39 @@ type pending struct {
 
 	start time.Time // when queued; set only with metrics
 
+	// An asynchronous request (sent to AsyncGroups, no worker): commit
+	// builds the answer from the native one that Answer takes, or from none
+	// once state says the deadline passed first.
+	commit   *commitBlocks
+	deadline time.Time
+	state    atomic.Int32 // asyncWaiting, asyncAnswered or asyncExpired
+	native   proto.Message
+
 	last  bool   // the connection closes once this answer is written
 	raw   bool   // a raw SASL token (after a v0 handshake), not a Kafka answer
 	token []byte // the raw token
+}
+
+// commitDeadline bounds the wait for an asynchronous OffsetCommit's answer,
+// as callTimeout bounds a call (a variable for the tests).
+var commitDeadline = callTimeout
+
+// errNoAnswer is an asynchronous request's error at its deadline.
+var errNoAnswer = errors.New("no answer from the groups by the call deadline")
+
+const (
+	asyncWaiting int32 = iota
+	asyncAnswered
+	asyncExpired
+)
+
+// Answer takes the native answer of an asynchronous request, unless its
+// deadline passed first (coordinator.Answerer; it never blocks).
+func (p *pending) Answer(m proto.Message) {
+	if p.state.CompareAndSwap(asyncWaiting, asyncAnswered) {
+		p.native = m
+		close(p.done)
+	}
 }
 
 type request struct {
@@ -364,6 +397,9 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		c.inline = request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}
 		return c.answerInline(h, spec.fn, &c.inline, kreq)
 	}
+	if oc, ok := kreq.(*kmsg.OffsetCommitRequest); ok && c.l.async != nil {
+		return c.sendCommit(h, request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}, oc)
+	}
 	return c.enqueue(&pending{corr: h.corr, key: h.key, fn: spec.fn, kreq: kreq,
 		r: request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}})
 }
@@ -403,6 +439,84 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 		resp = &cp
 	}
 	return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
+}
+
+// sendCommit prepares an OffsetCommit on the reader goroutine and sends it
+// to the groups without waiting: the writer turns the answer into the Kafka
+// answer when it comes, in its turn, or answers by itself at the deadline.
+func (c *conn) sendCommit(h header, r request, req *kmsg.OffsetCommitRequest) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.handlerPanicked(h, v)
+			err = fmt.Errorf("request handler panicked")
+		}
+	}()
+	b := c.l.prepareCommit(&r, req)
+	if len(b.req.Topics) == 0 {
+		resp := b.answer(nil, nil)
+		resp.SetVersion(h.version)
+		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
+	}
+	p := &pending{corr: h.corr, key: h.key, r: r, commit: b, deadline: time.Now().Add(commitDeadline), done: make(chan struct{})}
+	if err := c.enqueue(p); err != nil {
+		return err
+	}
+	c.l.async.Send(b.req, p)
+	return nil
+}
+
+// await waits until p's answer is ready; false: the connection is closing.
+// An asynchronous request is given up at its deadline.
+func (c *conn) await(p *pending) bool {
+	if p.commit == nil {
+		select {
+		case <-p.done:
+			return true
+		case <-c.ctx.Done():
+			return false
+		}
+	}
+	if c.expiry == nil {
+		c.expiry = time.NewTimer(time.Until(p.deadline))
+	} else {
+		c.expiry.Reset(time.Until(p.deadline))
+	}
+	defer c.expiry.Stop() // no stale expiry is received after Stop (Go 1.23+)
+	select {
+	case <-p.done:
+	case <-c.ctx.Done():
+		return false
+	case <-c.expiry.C:
+		if !p.state.CompareAndSwap(asyncWaiting, asyncExpired) {
+			<-p.done // answered at the deadline
+		}
+	}
+	return true
+}
+
+// finish builds an asynchronous request's Kafka answer from its native one.
+func (c *conn) finish(p *pending) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.handlerPanicked(header{key: p.key, version: p.r.version, corr: p.corr}, v)
+			ok = false
+		}
+	}()
+	var err error
+	out, isCommit := p.native.(*grouppb.OffsetCommitResponse)
+	switch {
+	case p.state.Load() == asyncExpired:
+		err = errNoAnswer
+	case !isCommit || out == nil:
+		err = fmt.Errorf("%w: %T", errBadResponse, p.native)
+	}
+	if err != nil {
+		c.l.callErrors.Add(1)
+		c.l.log.Debug("group call failed", "request", "*v1.OffsetCommitRequest", "err", err)
+	}
+	p.resp = p.commit.answer(out, err)
+	p.resp.SetVersion(p.r.version)
+	return true
 }
 
 // answered is the done channel of answers complete when queued.
@@ -501,10 +615,11 @@ func (c *conn) handlerPanicked(h header, v any) {
 // requests are outstanding) and hands p's work to a worker goroutine; p
 // without work carries its answer already.
 func (c *conn) enqueue(p *pending) error {
-	if p.fn == nil {
-		p.done = answered
-	} else {
+	switch {
+	case p.fn != nil:
 		p.done = make(chan struct{})
+	case p.done == nil:
+		p.done = answered
 	}
 	if c.l.metrics != nil {
 		p.start = time.Now()
@@ -585,15 +700,13 @@ func (c *conn) writeLoop() {
 			// answer shares this write; then flush and wait.
 			runtime.Gosched()
 			if !closed(p.done) {
-				if !c.flush() {
-					return
-				}
-				select {
-				case <-p.done:
-				case <-c.ctx.Done():
+				if !c.flush() || !c.await(p) {
 					return
 				}
 			}
+		}
+		if p.commit != nil && !c.finish(p) {
+			return
 		}
 		c.wmu.Lock()
 		c.queued--

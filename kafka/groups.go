@@ -245,11 +245,24 @@ type tp struct {
 }
 
 func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.OffsetCommitRequest) kmsg.Response {
+	b := l.prepareCommit(r, req)
+	if len(b.req.Topics) == 0 {
+		return b.answer(nil, nil)
+	}
+	out, err := call[*grouppb.OffsetCommitResponse](ctx, l, callTimeout, b.req)
+	return b.answer(out, err)
+}
+
+// prepareCommit checks an OffsetCommit's group, topics and partitions and
+// builds the native request of the partitions that pass; the others have
+// their error codes kept for the answer.
+func (l *Listener) prepareCommit(r *request, req *kmsg.OffsetCommitRequest) *commitBlocks {
 	total := 0
 	for _, t := range req.Topics {
 		total += len(t.Partitions)
 	}
 	b := newCommitBlocks(len(req.Topics), total)
+	b.kreq = req
 	n := b.req
 	n.GroupId, n.GenerationId, n.MemberId, n.RetentionTimeMs = req.Group, req.Generation, req.MemberID, -1
 	if r.version < 1 {
@@ -267,7 +280,6 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 	// the coordinator answer (NOT_COORDINATOR): its catalog may still be
 	// catching up, and clients must look the coordinator up again.
 	check := l.coordinating()
-	codes := make(map[tp]int16)
 	groupOK := r.groupAllowed(kmsg.ACLOperationRead, req.Group)
 	for _, t := range req.Topics {
 		denied := errNone
@@ -279,11 +291,11 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 		first := len(b.partPtrs)
 		for _, p := range t.Partitions {
 			if denied != errNone {
-				codes[tp{t.Topic, p.Partition}] = denied
+				b.refuse(t.Topic, p.Partition, denied)
 				continue
 			}
 			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
-				codes[tp{t.Topic, p.Partition}] = kerr.UnknownTopicOrPartition.Code
+				b.refuse(t.Topic, p.Partition, kerr.UnknownTopicOrPartition.Code)
 				continue
 			}
 			np := b.partition()
@@ -299,22 +311,24 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 			b.topic(t.Topic, b.partPtrs[first:len(b.partPtrs):len(b.partPtrs)])
 		}
 	}
-	if len(n.Topics) > 0 {
-		out, err := call[*grouppb.OffsetCommitResponse](ctx, l, callTimeout, n)
-		if err != nil {
-			code := callErrorCode(err)
-			for _, t := range n.Topics {
-				for _, p := range t.Partitions {
-					codes[tp{t.Name, p.Partition}] = code
-				}
-			}
-		} else {
-			for _, t := range out.Topics {
-				for _, p := range t.Partitions {
-					codes[tp{t.Name, p.Partition}] = int16(p.ErrorCode)
-				}
-			}
+	return b
+}
+
+// answer is the Kafka answer to the OffsetCommit b was prepared for, given
+// the coordinator's answer to its native request (or the call's error).
+func (b *commitBlocks) answer(out *grouppb.OffsetCommitResponse, err error) kmsg.Response {
+	req := b.kreq
+	code := func(topic string, partition int32) int16 {
+		if c, ok := b.refused[tp{topic, partition}]; ok {
+			return c
 		}
+		if err != nil {
+			return callErrorCode(err)
+		}
+		if c, ok := b.answered(out, topic, partition); ok {
+			return c
+		}
+		return kerr.UnknownServerError.Code
 	}
 	resp := b.resp
 	resp.Topics = b.respTopics[:0:len(req.Topics)]
@@ -329,14 +343,40 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 			rp := &rt.Partitions[i]
 			rp.Default()
 			rp.Partition = p.Partition
-			code, ok := codes[tp{t.Topic, p.Partition}]
-			if !ok {
-				code = kerr.UnknownServerError.Code
-			}
-			rp.ErrorCode = code
+			rp.ErrorCode = code(t.Topic, p.Partition)
 		}
 	}
 	return resp
+}
+
+// answered is the coordinator's code for one partition. Its answer lists the
+// native request's partitions in order, so the next one is tried first.
+func (b *commitBlocks) answered(out *grouppb.OffsetCommitResponse, topic string, partition int32) (int16, bool) {
+	ts := out.GetTopics()
+	for range 2 {
+		for ; b.at.topic < len(ts); b.at.topic, b.at.partition = b.at.topic+1, 0 {
+			t := ts[b.at.topic]
+			if t.GetName() != topic {
+				continue
+			}
+			for ; b.at.partition < len(t.GetPartitions()); b.at.partition++ {
+				if p := t.GetPartitions()[b.at.partition]; p.GetPartition() == partition {
+					b.at.partition++
+					return int16(p.GetErrorCode()), true
+				}
+			}
+		}
+		b.at.topic, b.at.partition = 0, 0 // out of order: look from the start
+	}
+	return 0, false
+}
+
+// refuse keeps the code of a partition that does not reach the coordinator.
+func (b *commitBlocks) refuse(topic string, partition int32, code int16) {
+	if b.refused == nil {
+		b.refused = make(map[tp]int16)
+	}
+	b.refused[tp{topic, partition}] = code
 }
 
 // commitBlocks holds the messages of one OffsetCommit: the native request
@@ -344,6 +384,9 @@ func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.Offse
 // commit of one partition, an array per kind otherwise) rather than one
 // allocation per topic and partition.
 type commitBlocks struct {
+	kreq       *kmsg.OffsetCommitRequest
+	refused    map[tp]int16 // partitions that do not reach the coordinator
+	at         struct{ topic, partition int }
 	req        *grouppb.OffsetCommitRequest
 	topics     []grouppb.OffsetCommitTopic
 	parts      []grouppb.OffsetCommitPartition

@@ -49,6 +49,15 @@ type GroupIDs interface {
 	GroupID(b []byte) (string, bool)
 }
 
+// AsyncGroups is implemented by a Groups that takes a request without its
+// caller waiting: the answer goes to to.Answer, at most once, from the
+// Groups' own goroutines. The listener then sends OffsetCommits from the
+// connection's reader and writes each answer when it comes, with no worker
+// goroutine waiting for it; it answers by itself at the call deadline.
+type AsyncGroups interface {
+	Send(req proto.Message, to coordinator.Answerer)
+}
+
 // Coordinating is implemented by a Groups that may not coordinate groups at
 // times (a Raft follower). While it does not, the listener skips its own
 // topic checks so that the answer is NOT_COORDINATOR, not a catalog error
@@ -207,7 +216,8 @@ type Listener struct {
 
 	// inlineHeartbeats: groups answers heartbeats without waiting.
 	inlineHeartbeats bool
-	groupIDs         GroupIDs // nil: heartbeat group ids are copied
+	groupIDs         GroupIDs    // nil: heartbeat group ids are copied
+	async            AsyncGroups // nil: every call waits on a worker
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
 
@@ -270,6 +280,7 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
 	}
 	l.groupIDs, _ = groups.(GroupIDs)
+	l.async, _ = groups.(AsyncGroups)
 	if cfg.Security != nil {
 		if cfg.Security.SASL && cfg.Security.Store == nil {
 			ln.Close()

@@ -1,0 +1,231 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/coordinator"
+	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+// asyncGroups is fakeGroups that also takes requests without waiting
+// (AsyncGroups): each is answered from a goroutine of its own, after delay
+// (when set) and once hold (when set) is closed.
+type asyncGroups struct {
+	*fakeGroups
+	hold  chan struct{}
+	delay func() time.Duration
+	sent  atomic.Int64
+}
+
+func (g *asyncGroups) Send(req proto.Message, to coordinator.Answerer) {
+	g.sent.Add(1)
+	go func() {
+		if g.hold != nil {
+			<-g.hold
+		}
+		if g.delay != nil {
+			time.Sleep(g.delay())
+		}
+		if m, err := g.fakeGroups.CallWithin(context.Background(), req, 0); err == nil {
+			to.Answer(m)
+		}
+	}()
+}
+
+// withCommitDeadline sets the asynchronous commit deadline for one test.
+func withCommitDeadline(t *testing.T, d time.Duration) {
+	old := commitDeadline
+	commitDeadline = d
+	t.Cleanup(func() { commitDeadline = old })
+}
+
+// commitRequest is an OffsetCommit at version v of the given topics'
+// partitions (topic "t" has partitions 0-2).
+func commitRequest(v int16, topics map[string][]int32, order ...string) *kmsg.OffsetCommitRequest {
+	r := kmsg.NewPtrOffsetCommitRequest()
+	r.SetVersion(v)
+	r.Group, r.Generation, r.MemberID = "g", 3, "m-1"
+	for _, name := range order {
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = name
+		for _, p := range topics[name] {
+			rp := kmsg.NewOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset, rp.Metadata = p, int64(100+p), kmsg.StringPtr("md")
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		r.Topics = append(r.Topics, rt)
+	}
+	return r
+}
+
+// An OffsetCommit sent without a waiting worker gets the answer, byte for
+// byte, that the worker path gives: at every version, with partitions the
+// listener refuses itself, with call errors, and with a coordinator answer
+// whose topics come in another order than asked. (asyncGroups never answers
+// a failed call: those commits are answered at a short deadline.)
+func TestAsyncCommitAnswersAsTheWorkerDoes(t *testing.T) {
+	withCommitDeadline(t, callTimeout)
+	answers := map[string]func(ctx context.Context, req proto.Message) (proto.Message, error){
+		"ok": nil,
+		"reversed": func(_ context.Context, req proto.Message) (proto.Message, error) {
+			out := emptyAnswer(req).(*grouppb.OffsetCommitResponse)
+			for i, t := range out.Topics {
+				for j, p := range t.Partitions {
+					p.ErrorCode = int32(i*10 + j + 1)
+				}
+			}
+			for i, j := 0, len(out.Topics)-1; i < j; i, j = i+1, j-1 {
+				out.Topics[i], out.Topics[j] = out.Topics[j], out.Topics[i]
+			}
+			return out, nil
+		},
+		"partial": func(_ context.Context, req proto.Message) (proto.Message, error) {
+			out := emptyAnswer(req).(*grouppb.OffsetCommitResponse)
+			out.Topics = out.Topics[:1]
+			out.Topics[0].Partitions = out.Topics[0].Partitions[len(out.Topics[0].Partitions)-1:]
+			return out, nil
+		},
+		"error": func(context.Context, proto.Message) (proto.Message, error) {
+			return nil, errors.New("no coordinator")
+		},
+		"wrong type": func(context.Context, proto.Message) (proto.Message, error) {
+			return &grouppb.HeartbeatResponse{}, nil
+		},
+	}
+	shapes := []struct {
+		topics map[string][]int32
+		order  []string
+	}{
+		{map[string][]int32{"t": {1}}, []string{"t"}},
+		{map[string][]int32{"t": {0, 99, 2, 1}}, []string{"t"}},
+		{map[string][]int32{"t": {2, 0}, "u": {0}, "nope": {4}}, []string{"nope", "t", "u"}},
+		{map[string][]int32{"nope": {0, 1}}, []string{"nope"}},
+	}
+	for name, fn := range answers {
+		commitDeadline = callTimeout
+		if name == "error" {
+			commitDeadline = 20 * time.Millisecond
+		}
+		sync := startServer(t, &fakeGroups{fn: fn}, nil)
+		ag := &asyncGroups{fakeGroups: &fakeGroups{fn: fn}}
+		async := startServer(t, ag, nil)
+		for _, s := range []*testServer{sync, async} {
+			if err := s.topics.Apply(catalog.CreateTopic{Name: "u", ID: catalog.NewTopicID(), Partitions: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sc, ac := dial(t, sync.l.Addr()), dial(t, async.l.Addr())
+		for v := int16(0); v <= 9; v++ {
+			for i, shape := range shapes {
+				req := commitRequest(v, shape.topics, shape.order...)
+				want, got := sc.do(req), ac.do(req)
+				wb, gb := want.AppendTo(nil), got.AppendTo(nil)
+				if string(wb) != string(gb) {
+					t.Fatalf("%s v%d shape %d: async answer %+v, worker answer %+v", name, v, i, got, want)
+				}
+			}
+		}
+		if ag.sent.Load() == 0 {
+			t.Fatalf("%s: nothing was sent asynchronously", name)
+		}
+	}
+}
+
+// Answers keep the request order: a heartbeat answered at once waits behind
+// an earlier commit whose answer has not come yet.
+func TestAsyncCommitKeepsAnswerOrder(t *testing.T) {
+	ag := &asyncGroups{fakeGroups: &fakeGroups{}, hold: make(chan struct{})}
+	s := startServer(t, ag, nil)
+	c := dial(t, s.l.Addr())
+	commit := commitRequest(8, map[string][]int32{"t": {0}}, "t")
+	hb := sampleRequest(12, 4)
+	hb.SetVersion(4)
+	first, second := c.send(commit), c.send(hb)
+	for ag.sent.Load() == 0 || ag.fakeGroups.count() == 0 {
+		time.Sleep(time.Millisecond) // until the commit is sent and the heartbeat answered
+	}
+	close(ag.hold)
+	r, err := c.recv(commit, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := r.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("commit answered %d", code)
+	}
+	if _, err := c.recv(hb, second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A commit whose answer does not come by the deadline is answered
+// COORDINATOR_NOT_AVAILABLE (the worker path's answer to a call that timed
+// out), partitions the listener refused keep their own codes, the late
+// answer is dropped, and the connection goes on.
+func TestAsyncCommitDeadline(t *testing.T) {
+	withCommitDeadline(t, 100*time.Millisecond)
+	ag := &asyncGroups{fakeGroups: &fakeGroups{}, hold: make(chan struct{})}
+	s := startServer(t, ag, nil)
+	c := dial(t, s.l.Addr())
+	req := commitRequest(8, map[string][]int32{"t": {0, 1}, "nope": {0}}, "t", "nope")
+	r := c.do(req).(*kmsg.OffsetCommitResponse)
+	want := []int16{kerr.CoordinatorNotAvailable.Code, kerr.CoordinatorNotAvailable.Code, kerr.UnknownTopicOrPartition.Code}
+	var got []int16
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			got = append(got, p.ErrorCode)
+		}
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("codes %v, want %v", got, want)
+	}
+	if n := s.l.callErrors.Load(); n != 1 {
+		t.Fatalf("%d call errors counted, want 1", n)
+	}
+	close(ag.hold) // the late answer comes now
+	r = c.do(req).(*kmsg.OffsetCommitResponse)
+	if code := r.Topics[0].Partitions[0].ErrorCode; code != 0 {
+		t.Fatalf("next commit answered %d", code)
+	}
+}
+
+// Answers that race the deadline: each partition is answered either by the
+// groups (0) or at the deadline (COORDINATOR_NOT_AVAILABLE), never
+// anything else, and every answer comes in order (run with -race).
+func TestAsyncCommitAnswersRacingTheDeadline(t *testing.T) {
+	withCommitDeadline(t, time.Millisecond)
+	ag := &asyncGroups{fakeGroups: &fakeGroups{}, delay: func() time.Duration { return time.Duration(rand.IntN(2000)) * time.Microsecond }}
+	s := startServer(t, ag, nil)
+	c := dial(t, s.l.Addr())
+	req := commitRequest(8, map[string][]int32{"t": {0}}, "t")
+	seen := map[int16]int{}
+	for range 20 {
+		var corrs []int32
+		for range 10 {
+			corrs = append(corrs, c.send(req))
+		}
+		for _, corr := range corrs {
+			r, err := c.recv(req, corr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			code := r.(*kmsg.OffsetCommitResponse).Topics[0].Partitions[0].ErrorCode
+			if code != 0 && code != kerr.CoordinatorNotAvailable.Code {
+				t.Fatalf("answered %d", code)
+			}
+			seen[code]++
+		}
+	}
+	if seen[0]+seen[kerr.CoordinatorNotAvailable.Code] != 200 {
+		t.Fatalf("answers %v", seen)
+	}
+}
