@@ -42,11 +42,11 @@ func (g *asyncGroups) Send(req proto.Message, to coordinator.Answerer) {
 	}()
 }
 
-// withCommitDeadline sets the asynchronous commit deadline for one test.
-func withCommitDeadline(t *testing.T, d time.Duration) {
-	old := commitDeadline
-	commitDeadline = d
-	t.Cleanup(func() { commitDeadline = old })
+// withAsyncBound bounds every asynchronous request by d for one test.
+func withAsyncBound(t *testing.T, d time.Duration) {
+	old := asyncBound
+	asyncBound = d
+	t.Cleanup(func() { asyncBound = old })
 }
 
 // commitRequest is an OffsetCommit at version v of the given topics'
@@ -68,17 +68,26 @@ func commitRequest(v int16, topics map[string][]int32, order ...string) *kmsg.Of
 	return r
 }
 
-// An OffsetCommit sent without a waiting worker gets the answer, byte for
-// byte, that the worker path gives: at every version, with partitions the
-// listener refuses itself, with call errors, and with a coordinator answer
-// whose topics come in another order than asked. (asyncGroups never answers
-// a failed call: those commits are answered at a short deadline.)
-func TestAsyncCommitAnswersAsTheWorkerDoes(t *testing.T) {
-	withCommitDeadline(t, callTimeout)
+// OffsetCommits, JoinGroups and SyncGroups sent without a waiting worker get
+// the answers, byte for byte, that the worker path gives: at every version,
+// with commit partitions the listener refuses itself, with call errors,
+// with answers of the wrong type, and with a commit answer whose topics come
+// in another order than asked. (asyncGroups never answers a failed call:
+// those requests are answered at a short bound.)
+func TestAsyncAnswersAsTheWorkerDoes(t *testing.T) {
+	withAsyncBound(t, 0)
+	commits := func(fn func(out *grouppb.OffsetCommitResponse)) func(context.Context, proto.Message) (proto.Message, error) {
+		return func(_ context.Context, req proto.Message) (proto.Message, error) {
+			out := emptyAnswer(req)
+			if c, ok := out.(*grouppb.OffsetCommitResponse); ok {
+				fn(c)
+			}
+			return out, nil
+		}
+	}
 	answers := map[string]func(ctx context.Context, req proto.Message) (proto.Message, error){
 		"ok": nil,
-		"reversed": func(_ context.Context, req proto.Message) (proto.Message, error) {
-			out := emptyAnswer(req).(*grouppb.OffsetCommitResponse)
+		"reversed": commits(func(out *grouppb.OffsetCommitResponse) {
 			for i, t := range out.Topics {
 				for j, p := range t.Partitions {
 					p.ErrorCode = int32(i*10 + j + 1)
@@ -87,14 +96,11 @@ func TestAsyncCommitAnswersAsTheWorkerDoes(t *testing.T) {
 			for i, j := 0, len(out.Topics)-1; i < j; i, j = i+1, j-1 {
 				out.Topics[i], out.Topics[j] = out.Topics[j], out.Topics[i]
 			}
-			return out, nil
-		},
-		"partial": func(_ context.Context, req proto.Message) (proto.Message, error) {
-			out := emptyAnswer(req).(*grouppb.OffsetCommitResponse)
+		}),
+		"partial": commits(func(out *grouppb.OffsetCommitResponse) {
 			out.Topics = out.Topics[:1]
 			out.Topics[0].Partitions = out.Topics[0].Partitions[len(out.Topics[0].Partitions)-1:]
-			return out, nil
-		},
+		}),
 		"error": func(context.Context, proto.Message) (proto.Message, error) {
 			return nil, errors.New("no coordinator")
 		},
@@ -111,10 +117,22 @@ func TestAsyncCommitAnswersAsTheWorkerDoes(t *testing.T) {
 		{map[string][]int32{"t": {2, 0}, "u": {0}, "nope": {4}}, []string{"nope", "t", "u"}},
 		{map[string][]int32{"nope": {0, 1}}, []string{"nope"}},
 	}
+	var requests []kmsg.Request
+	for v := int16(0); v <= 9; v++ {
+		for _, shape := range shapes {
+			requests = append(requests, commitRequest(v, shape.topics, shape.order...))
+		}
+		for _, key := range []int16{11, 14} { // JoinGroup, SyncGroup
+			if r := sampleRequest(key, v); v <= r.MaxVersion() {
+				r.SetVersion(v)
+				requests = append(requests, r)
+			}
+		}
+	}
 	for name, fn := range answers {
-		commitDeadline = callTimeout
+		asyncBound = 0
 		if name == "error" {
-			commitDeadline = 20 * time.Millisecond
+			asyncBound = 20 * time.Millisecond
 		}
 		sync := startServer(t, &fakeGroups{fn: fn}, nil)
 		ag := &asyncGroups{fakeGroups: &fakeGroups{fn: fn}}
@@ -125,18 +143,14 @@ func TestAsyncCommitAnswersAsTheWorkerDoes(t *testing.T) {
 			}
 		}
 		sc, ac := dial(t, sync.l.Addr()), dial(t, async.l.Addr())
-		for v := int16(0); v <= 9; v++ {
-			for i, shape := range shapes {
-				req := commitRequest(v, shape.topics, shape.order...)
-				want, got := sc.do(req), ac.do(req)
-				wb, gb := want.AppendTo(nil), got.AppendTo(nil)
-				if string(wb) != string(gb) {
-					t.Fatalf("%s v%d shape %d: async answer %+v, worker answer %+v", name, v, i, got, want)
-				}
+		for _, req := range requests {
+			want, got := sc.do(req), ac.do(req)
+			if wb, gb := want.AppendTo(nil), got.AppendTo(nil); string(wb) != string(gb) {
+				t.Fatalf("%s: %s v%d: async answer %+v, worker answer %+v", name, kmsg.NameForKey(req.Key()), req.GetVersion(), got, want)
 			}
 		}
-		if ag.sent.Load() == 0 {
-			t.Fatalf("%s: nothing was sent asynchronously", name)
+		if n := ag.sent.Load(); n < 30 {
+			t.Fatalf("%s: %d requests sent asynchronously", name, n)
 		}
 	}
 }
@@ -172,7 +186,7 @@ func TestAsyncCommitKeepsAnswerOrder(t *testing.T) {
 // out), partitions the listener refused keep their own codes, the late
 // answer is dropped, and the connection goes on.
 func TestAsyncCommitDeadline(t *testing.T) {
-	withCommitDeadline(t, 100*time.Millisecond)
+	withAsyncBound(t, 100*time.Millisecond)
 	ag := &asyncGroups{fakeGroups: &fakeGroups{}, hold: make(chan struct{})}
 	s := startServer(t, ag, nil)
 	c := dial(t, s.l.Addr())
@@ -202,7 +216,7 @@ func TestAsyncCommitDeadline(t *testing.T) {
 // groups (0) or at the deadline (COORDINATOR_NOT_AVAILABLE), never
 // anything else, and every answer comes in order (run with -race).
 func TestAsyncCommitAnswersRacingTheDeadline(t *testing.T) {
-	withCommitDeadline(t, time.Millisecond)
+	withAsyncBound(t, time.Millisecond)
 	ag := &asyncGroups{fakeGroups: &fakeGroups{}, delay: func() time.Duration { return time.Duration(rand.IntN(2000)) * time.Microsecond }}
 	s := startServer(t, ag, nil)
 	c := dial(t, s.l.Addr())

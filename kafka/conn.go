@@ -102,10 +102,12 @@ type pending struct {
 
 	start time.Time // when queued; set only with metrics
 
-	// An asynchronous request (sent to AsyncGroups, no worker): commit
-	// builds the answer from the native one that Answer takes, or from none
-	// once state says the deadline passed first.
-	commit   *commitBlocks
+	// An asynchronous request (sent to AsyncGroups, no worker): call
+	// builds the answer from the native answer that Answer takes to the
+	// native request, or from none once state says the deadline passed
+	// first.
+	call     asyncCall
+	request  proto.Message
 	deadline time.Time
 	state    atomic.Int32 // asyncWaiting, asyncAnswered or asyncExpired
 	native   proto.Message
@@ -115,12 +117,18 @@ type pending struct {
 	token []byte // the raw token
 }
 
-// commitDeadline bounds the wait for an asynchronous OffsetCommit's answer,
-// as callTimeout bounds a call (a variable for the tests).
-var commitDeadline = callTimeout
+// asyncBound, when set (by tests), replaces every asynchronous request's
+// bound.
+var asyncBound time.Duration
 
 // errNoAnswer is an asynchronous request's error at its deadline.
 var errNoAnswer = errors.New("no answer from the groups by the call deadline")
+
+// asyncCall builds an asynchronous request's Kafka answer from the native
+// answer m to its native request n, or from the error when none came.
+type asyncCall interface {
+	answer(l *Listener, n, m proto.Message, err error) kmsg.Response
+}
 
 const (
 	asyncWaiting int32 = iota
@@ -397,11 +405,11 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		c.inline = request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}
 		return c.answerInline(h, spec.fn, &c.inline, kreq)
 	}
-	if oc, ok := kreq.(*kmsg.OffsetCommitRequest); ok && c.l.async != nil {
-		return c.sendCommit(h, request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}, oc)
+	r := request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}
+	if c.l.async != nil && asyncKey(h.key) {
+		return c.send(h, r, kreq)
 	}
-	return c.enqueue(&pending{corr: h.corr, key: h.key, fn: spec.fn, kreq: kreq,
-		r: request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}})
+	return c.enqueue(&pending{corr: h.corr, key: h.key, fn: spec.fn, kreq: kreq, r: r})
 }
 
 // answerInline runs fn, which must not wait and must not keep r or req, on
@@ -441,34 +449,65 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 	return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
 }
 
-// sendCommit prepares an OffsetCommit on the reader goroutine and sends it
-// to the groups without waiting: the writer turns the answer into the Kafka
-// answer when it comes, in its turn, or answers by itself at the deadline.
-func (c *conn) sendCommit(h header, r request, req *kmsg.OffsetCommitRequest) (err error) {
+// asyncKey reports whether requests of API key are sent to AsyncGroups
+// from the reader: those that wait on a Raft write or a rebalance.
+func asyncKey(key int16) bool {
+	switch key {
+	case kmsg.OffsetCommit.Int16(), kmsg.JoinGroup.Int16(), kmsg.SyncGroup.Int16():
+		return true
+	}
+	return false
+}
+
+// send prepares an OffsetCommit, JoinGroup or SyncGroup on the reader
+// goroutine and sends it to the groups without waiting: the writer turns
+// the answer into the Kafka answer when it comes, in its turn, or answers by
+// itself at the call's bound.
+func (c *conn) send(h header, r request, kreq kmsg.Request) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			c.handlerPanicked(h, v)
 			err = fmt.Errorf("request handler panicked")
 		}
 	}()
-	b := c.l.prepareCommit(&r, req)
-	if len(b.req.Topics) == 0 {
-		resp := b.answer(nil, nil)
+	var (
+		n       proto.Message
+		timeout time.Duration
+		a       asyncCall
+		resp    kmsg.Response
+	)
+	switch req := kreq.(type) {
+	case *kmsg.OffsetCommitRequest:
+		b := c.l.prepareCommit(&r, req)
+		if n, timeout, a = b.req, callTimeout, b; len(b.req.Topics) == 0 {
+			resp = b.answer(c.l, nil, nil, nil)
+		}
+	case *kmsg.JoinGroupRequest:
+		n, timeout, resp = c.l.prepareJoin(&r, req)
+		a = (*joinAnswer)(req)
+	case *kmsg.SyncGroupRequest:
+		n, timeout, resp = c.l.prepareSync(&r, req)
+		a = (*syncAnswer)(req)
+	}
+	if resp != nil {
 		resp.SetVersion(h.version)
 		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
 	}
-	p := &pending{corr: h.corr, key: h.key, r: r, commit: b, deadline: time.Now().Add(commitDeadline), done: make(chan struct{})}
+	if asyncBound > 0 {
+		timeout = asyncBound
+	}
+	p := &pending{corr: h.corr, key: h.key, r: r, call: a, request: n, deadline: time.Now().Add(timeout), done: make(chan struct{})}
 	if err := c.enqueue(p); err != nil {
 		return err
 	}
-	c.l.async.Send(b.req, p)
+	c.l.async.Send(n, p)
 	return nil
 }
 
 // await waits until p's answer is ready; false: the connection is closing.
 // An asynchronous request is given up at its deadline.
 func (c *conn) await(p *pending) bool {
-	if p.commit == nil {
+	if p.call == nil {
 		select {
 		case <-p.done:
 			return true
@@ -503,18 +542,10 @@ func (c *conn) finish(p *pending) (ok bool) {
 		}
 	}()
 	var err error
-	out, isCommit := p.native.(*grouppb.OffsetCommitResponse)
-	switch {
-	case p.state.Load() == asyncExpired:
+	if p.state.Load() == asyncExpired {
 		err = errNoAnswer
-	case !isCommit || out == nil:
-		err = fmt.Errorf("%w: %T", errBadResponse, p.native)
 	}
-	if err != nil {
-		c.l.callErrors.Add(1)
-		c.l.log.Debug("group call failed", "request", "*v1.OffsetCommitRequest", "err", err)
-	}
-	p.resp = p.commit.answer(out, err)
+	p.resp = p.call.answer(c.l, p.request, p.native, err)
 	p.resp.SetVersion(p.r.version)
 	return true
 }
@@ -705,7 +736,7 @@ func (c *conn) writeLoop() {
 				}
 			}
 		}
-		if p.commit != nil && !c.finish(p) {
+		if p.call != nil && !c.finish(p) {
 			return
 		}
 		c.wmu.Lock()

@@ -39,8 +39,14 @@ var errBadResponse = errors.New("unexpected native response type")
 // call runs one native request within timeout (see Groups) and checks the
 // answer's type.
 func call[Resp proto.Message](ctx context.Context, l *Listener, timeout time.Duration, req proto.Message) (Resp, error) {
-	var zero Resp
 	m, err := l.groups.CallWithin(ctx, req, timeout)
+	return expect[Resp](l, req, m, err)
+}
+
+// expect checks a call's answer: of type Resp, or the call failed (counted
+// and logged).
+func expect[Resp proto.Message](l *Listener, req, m proto.Message, err error) (Resp, error) {
+	var zero Resp
 	if err == nil {
 		r, ok := m.(Resp)
 		if ok && m != nil {
@@ -66,19 +72,30 @@ func parkTimeout(rebalanceMs int32) time.Duration {
 }
 
 func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGroupRequest) kmsg.Response {
+	n, timeout, resp := l.prepareJoin(r, req)
+	if resp != nil {
+		return resp
+	}
+	m, err := l.groups.CallWithin(ctx, n, timeout)
+	return (*joinAnswer)(req).answer(l, n, m, err)
+}
+
+// prepareJoin checks a JoinGroup and builds its native request and the
+// call's bound; or it returns the answer when the request goes no further.
+func (l *Listener) prepareJoin(r *request, req *kmsg.JoinGroupRequest) (*grouppb.JoinGroupRequest, time.Duration, kmsg.Response) {
 	if l.onJoin != nil {
 		l.onJoin(r.clientID, r.version)
 	}
 	l.log.Debug("join group", "group", req.Group, "version", r.version, "client_id", r.clientID, "member_id", req.MemberID)
-	resp := kmsg.NewPtrJoinGroupResponse()
 	rebalance := req.RebalanceTimeoutMillis
 	if r.version == 0 {
 		rebalance = req.SessionTimeoutMillis
 	}
 	r.c.rebalanceHint.Store(rebalance)
 	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
+		resp := kmsg.NewPtrJoinGroupResponse()
 		resp.ErrorCode, resp.Generation, resp.MemberID = groupDenied, -1, req.MemberID
-		return resp
+		return nil, 0, resp
 	}
 	n := &grouppb.JoinGroupRequest{
 		GroupId:            req.Group,
@@ -97,7 +114,17 @@ func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGrou
 		n.Reason = req.Reason
 	}
 	n.Protocols = joinProtocols(req.Protocols)
-	out, err := call[*grouppb.JoinGroupResponse](ctx, l, parkTimeout(rebalance), n)
+	return n, parkTimeout(rebalance), nil
+}
+
+// joinAnswer is a JoinGroup request that builds its Kafka answer from the
+// native one (asyncCall).
+type joinAnswer kmsg.JoinGroupRequest
+
+func (a *joinAnswer) answer(l *Listener, n, m proto.Message, err error) kmsg.Response {
+	req := (*kmsg.JoinGroupRequest)(a)
+	resp := kmsg.NewPtrJoinGroupResponse()
+	out, err := expect[*grouppb.JoinGroupResponse](l, n, m, err)
 	if err != nil {
 		resp.ErrorCode = callErrorCode(err)
 		resp.Generation = -1
@@ -108,7 +135,7 @@ func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGrou
 	resp.Generation = out.GenerationId
 	resp.ProtocolType = out.ProtocolType
 	resp.Protocol = out.ProtocolName
-	if resp.Protocol != nil && *resp.Protocol == "" && r.version >= 7 {
+	if resp.Protocol != nil && *resp.Protocol == "" && req.Version >= 7 {
 		resp.Protocol = nil
 	}
 	resp.LeaderID = out.Leader
@@ -125,14 +152,26 @@ func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGrou
 }
 
 func (l *Listener) syncGroup(ctx context.Context, r *request, req *kmsg.SyncGroupRequest) kmsg.Response {
-	resp := kmsg.NewPtrSyncGroupResponse()
-	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
-		resp.ErrorCode = groupDenied
+	n, timeout, resp := l.prepareSync(r, req)
+	if resp != nil {
 		return resp
 	}
+	m, err := l.groups.CallWithin(ctx, n, timeout)
+	return (*syncAnswer)(req).answer(l, n, m, err)
+}
+
+// prepareSync checks a SyncGroup and builds its native request and the
+// call's bound; or it returns the answer when the request goes no further.
+func (l *Listener) prepareSync(r *request, req *kmsg.SyncGroupRequest) (*grouppb.SyncGroupRequest, time.Duration, kmsg.Response) {
+	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
+		resp := kmsg.NewPtrSyncGroupResponse()
+		resp.ErrorCode = groupDenied
+		return nil, 0, resp
+	}
 	if r.version >= 5 && (req.ProtocolType == nil || req.Protocol == nil) {
+		resp := kmsg.NewPtrSyncGroupResponse()
 		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
-		return resp
+		return nil, 0, resp
 	}
 	n := &grouppb.SyncGroupRequest{
 		GroupId:      req.Group,
@@ -149,7 +188,16 @@ func (l *Listener) syncGroup(ctx context.Context, r *request, req *kmsg.SyncGrou
 	for _, a := range req.GroupAssignment {
 		n.Assignments = append(n.Assignments, &grouppb.SyncGroupAssignment{MemberId: a.MemberID, Assignment: a.MemberAssignment})
 	}
-	out, err := call[*grouppb.SyncGroupResponse](ctx, l, parkTimeout(r.c.rebalanceHint.Load()), n)
+	return n, parkTimeout(r.c.rebalanceHint.Load()), nil
+}
+
+// syncAnswer is a SyncGroup request that builds its Kafka answer from the
+// native one (asyncCall).
+type syncAnswer kmsg.SyncGroupRequest
+
+func (a *syncAnswer) answer(l *Listener, n, m proto.Message, err error) kmsg.Response {
+	resp := kmsg.NewPtrSyncGroupResponse()
+	out, err := expect[*grouppb.SyncGroupResponse](l, n, m, err)
 	if err != nil {
 		resp.ErrorCode = callErrorCode(err)
 		return resp
@@ -247,10 +295,10 @@ type tp struct {
 func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.OffsetCommitRequest) kmsg.Response {
 	b := l.prepareCommit(r, req)
 	if len(b.req.Topics) == 0 {
-		return b.answer(nil, nil)
+		return b.answer(l, nil, nil, nil)
 	}
-	out, err := call[*grouppb.OffsetCommitResponse](ctx, l, callTimeout, b.req)
-	return b.answer(out, err)
+	m, err := l.groups.CallWithin(ctx, b.req, callTimeout)
+	return b.answer(l, b.req, m, err)
 }
 
 // prepareCommit checks an OffsetCommit's group, topics and partitions and
@@ -315,9 +363,14 @@ func (l *Listener) prepareCommit(r *request, req *kmsg.OffsetCommitRequest) *com
 }
 
 // answer is the Kafka answer to the OffsetCommit b was prepared for, given
-// the coordinator's answer to its native request (or the call's error).
-func (b *commitBlocks) answer(out *grouppb.OffsetCommitResponse, err error) kmsg.Response {
+// the coordinator's answer m to its native request n (or the call's error;
+// n is nil when no call was made). It is an asyncCall.
+func (b *commitBlocks) answer(l *Listener, n, m proto.Message, err error) kmsg.Response {
 	req := b.kreq
+	var out *grouppb.OffsetCommitResponse
+	if n != nil {
+		out, err = expect[*grouppb.OffsetCommitResponse](l, n, m, err)
+	}
 	code := func(topic string, partition int32) int16 {
 		if c, ok := b.refused[tp{topic, partition}]; ok {
 			return c
