@@ -43,6 +43,9 @@ var (
 	ErrStoreUnavailable = errors.New("store: unavailable")
 	// ErrRecordTooLarge: the record exceeds the configured maximum size.
 	ErrRecordTooLarge = errors.New("store: record too large")
+	// ErrRecordInvalid: the record cannot be stored as it is (a string that
+	// is not valid UTF-8).
+	ErrRecordInvalid = errors.New("store: record cannot be encoded")
 	// ErrStoreFenced: the write's fence did not match the stored group.
 	ErrStoreFenced = errors.New("store: write fenced by a newer group state")
 )
@@ -78,7 +81,7 @@ func offsetWriteError(err error) int32 {
 		return ErrNotCoordinator
 	case errors.Is(err, ErrStoreUnavailable):
 		return ErrCoordinatorNotAvailable
-	case errors.Is(err, ErrRecordTooLarge):
+	case errors.Is(err, ErrRecordTooLarge), errors.Is(err, ErrRecordInvalid):
 		return ErrInvalidCommitOffsetSize
 	case errors.Is(err, ErrStoreFenced):
 		return ErrIllegalGeneration

@@ -135,17 +135,25 @@ func (s *Store) run() {
 // propose sends one entry and completes its writes from a goroutine that
 // waits for the entry to be applied.
 func (s *Store) propose(batch []pending) {
-	ws := &raftpb.GroupWrites{Writes: make([]*raftpb.GroupWrite, len(batch))}
+	writes := make([]*raftpb.GroupWrite, len(batch))
 	for i, p := range batch {
-		ws.Writes[i] = p.w
+		writes[i] = p.w
 	}
-	data, err := encodeCommand(raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, ws)
-	if err != nil {
-		<-s.slots
-		for _, p := range batch {
-			p.done(fmt.Errorf("%w: %v", coordinator.ErrRecordTooLarge, err))
+	data, ws, failed := encodeGroupWrites(writes)
+	if failed != nil {
+		// A write that cannot be encoded fails alone; the others go on.
+		kept := batch[:0:0]
+		for i, p := range batch {
+			if failed[i] != nil {
+				p.done(fmt.Errorf("%w: %v", coordinator.ErrRecordInvalid, failed[i]))
+				continue
+			}
+			kept = append(kept, p)
 		}
-		return
+		if batch = kept; len(batch) == 0 {
+			<-s.slots
+			return
+		}
 	}
 	s.fsm.proposed(data, ws)
 	f := s.raft.Apply(data, s.timeout)
