@@ -37,6 +37,13 @@ var errBadInput = errors.New("bad input")
 // answers in request order. At most maxInFlight requests are in progress or
 // waiting to be written.
 //
+// With an AsyncGroups, the requests that wait on a Raft write or a
+// rebalance (OffsetCommit, JoinGroup, SyncGroup) need no worker: the reader
+// prepares each and sends it to the groups, whose answer marks it done; the
+// writer builds the Kafka answer in its turn, or answers by itself at the
+// call's bound. Nothing waits per request, so a thousand commits in flight
+// are a thousand small records, not a thousand parked goroutines.
+//
 // Heartbeats, which the coordinator answers without waiting, are answered on
 // the reader goroutine. When no earlier answer is still queued, the reader
 // writes the answer into the output buffer itself, and flushes that buffer

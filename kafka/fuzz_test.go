@@ -60,6 +60,12 @@ func FuzzConn(f *testing.F) {
 		// Heartbeats are answered on the reader for half the inputs, by a
 		// worker for the other half.
 		l.inlineHeartbeats = len(data)%2 == 0
+		// Commits, joins and syncs go to the groups without a worker for a
+		// third of the inputs.
+		l.async = nil
+		if len(data)%3 == 0 {
+			l.async = &asyncGroups{fakeGroups: &fakeGroups{}}
+		}
 		synctest.Test(t, func(t *testing.T) {
 			client, server := net.Pipe()
 			c := l.newConn(context.Background(), server)
