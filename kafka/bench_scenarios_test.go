@@ -26,8 +26,9 @@ import (
 // group. BenchmarkMemory forms COHORT_BENCH_MEM_GROUPS groups (2,000) of 50
 // idle members and reports the growth of the server's resident memory and
 // Go heap per member. BenchmarkCommit runs closed-loop OffsetCommits with
-// 1,024 in flight for the BenchmarkGroups members and reports req/s, CPU per
-// commit summed over the nodes, and p50/p99 latency. COHORT_BENCH_SERVERS
+// 1,024 in flight for the BenchmarkGroups members (COHORT_BENCH_COMMIT_CONNS
+// connections of 16 in flight each, 64) and reports req/s, CPU per commit
+// summed over the nodes, and p50/p99 latency. COHORT_BENCH_SERVERS
 // (a comma list of cohort, cohort3, kfake) picks the servers. With -short
 // every count is small, for runs that only check that the benchmarks work.
 
@@ -267,7 +268,7 @@ func BenchmarkCommit(b *testing.B) {
 		createBenchTopic(b, s.addr)
 		ms := joinAll(b, s.addr)
 		b.Run(name+"/offsetcommit", func(b *testing.B) {
-			loadConns(b, s, "commit."+name, commitConns, ms, offsetCommit, offsetCommitOK)
+			loadConns(b, s, "commit."+name, envInt("COHORT_BENCH_COMMIT_CONNS", commitConns), ms, offsetCommit, offsetCommitOK)
 		})
 		s.stop()
 	}

@@ -98,3 +98,54 @@ func TestStoreClose(t *testing.T) {
 		c.heal(l)
 	})
 }
+
+// While an entry is in flight, writes queue behind it until it completes or
+// until minPipelined of them can leave together; on an idle store a write
+// leaves at once.
+func TestStoreHoldsSmallBatchesBehindAnEntry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, nil)
+		defer c.shutdown()
+		l := c.leader()
+		s := NewStore(l.r, l.fsm.FSM, time.Minute)
+		defer s.Close()
+		if err := appendWait(t, s, "g", nil, groupRecord("g", 1, "m1")); err != nil {
+			t.Fatal(err)
+		}
+		// Cut the leader off: its next entry stays in flight.
+		c.isolate(l)
+		outcomes := make(chan error, 2*minPipelined)
+		commit := func(i int) {
+			s.Append("g", []*pb.Record{offsetRecord("g", "t", int32(i%3), int64(i))}, nil, func(err error) { outcomes <- err })
+		}
+		before := l.r.LastIndex()
+		commit(0)
+		synctest.Wait()
+		if got := l.r.LastIndex(); got != before+1 {
+			t.Fatalf("a write on an idle store: %d entries, want 1", got-before)
+		}
+		for i := 1; i < minPipelined; i++ {
+			commit(i)
+		}
+		synctest.Wait()
+		if got := l.r.LastIndex(); got != before+1 {
+			t.Fatalf("%d writes behind an entry in flight left in %d entries, want 0", minPipelined-1, got-before-1)
+		}
+		commit(minPipelined)
+		synctest.Wait()
+		if got := l.r.LastIndex(); got != before+2 {
+			t.Fatalf("%d writes behind an entry in flight left in %d entries, want 1", minPipelined, got-before-1)
+		}
+		c.heal(l)
+		for range minPipelined + 1 {
+			select {
+			case err := <-outcomes:
+				if err != nil && !isStoreFailure(err) {
+					t.Fatalf("write: %v", err)
+				}
+			case <-time.After(waitLimit):
+				t.Fatal("a write never completed")
+			}
+		}
+	})
+}
