@@ -117,11 +117,7 @@ func TestEncodeGroupWritesMatchesProto(t *testing.T) {
 // ErrRecordInvalid; the commits batched with it are stored.
 func TestStoreInvalidWriteFailsAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 1, nil)
-		defer c.shutdown()
-		l := c.leader()
-		s := NewStore(l.r, l.fsm.FSM, time.Second)
-		defer s.Close()
+		_, l, s := newStoreCluster(t, 1, time.Second)
 		var ws []write
 		for i := range 50 {
 			rec := offsetRecord("g", "t", int32(i), int64(i))

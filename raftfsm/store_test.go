@@ -11,16 +11,25 @@ import (
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
+// newStoreCluster starts an n-node cluster and a Store on its leader
+// (timeout bounds an entry's replication); both stop when the test ends.
+func newStoreCluster(t *testing.T, n int, timeout time.Duration) (*cluster, *tnode, *Store) {
+	c := newCluster(t, n, nil)
+	l := c.leader()
+	s := NewStore(l.r, l.fsm.FSM, timeout)
+	t.Cleanup(func() {
+		s.Close()
+		c.shutdown()
+	})
+	return c, l, s
+}
+
 // Many writes issued at once leave in far fewer entries, each write gets
 // its own outcome (a fenced one fails alone), and the log keeps the order
 // of Append calls: the last commit of a partition wins.
 func TestStoreGroupCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 1, nil)
-		defer c.shutdown()
-		l := c.leader()
-		s := NewStore(l.r, l.fsm.FSM, time.Second)
-		defer s.Close()
+		_, l, s := newStoreCluster(t, 1, time.Second)
 		if err := appendWait(t, s, "g", nil, groupRecord("g", 1, "m1")); err != nil {
 			t.Fatal(err)
 		}
@@ -104,11 +113,7 @@ func TestStoreClose(t *testing.T) {
 // leaves at once.
 func TestStoreHoldsSmallBatchesBehindAnEntry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newCluster(t, 3, nil)
-		defer c.shutdown()
-		l := c.leader()
-		s := NewStore(l.r, l.fsm.FSM, time.Minute)
-		defer s.Close()
+		c, l, s := newStoreCluster(t, 3, time.Minute)
 		if err := appendWait(t, s, "g", nil, groupRecord("g", 1, "m1")); err != nil {
 			t.Fatal(err)
 		}
