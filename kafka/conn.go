@@ -424,12 +424,7 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 // earlier answers are still queued, in which case it queues behind them,
 // already complete.
 func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Request) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			c.handlerPanicked(h, v)
-			err = fmt.Errorf("request handler panicked")
-		}
-	}()
+	defer c.recoverHandler(h, &err)
 	var start time.Time
 	if c.l.metrics != nil {
 		start = time.Now()
@@ -466,36 +461,13 @@ func asyncKey(key int16) bool {
 	return false
 }
 
-// send prepares an OffsetCommit, JoinGroup or SyncGroup on the reader
-// goroutine and sends it to the groups without waiting: the writer turns
-// the answer into the Kafka answer when it comes, in its turn, or answers by
-// itself at the call's bound.
+// send prepares a waiting call (an OffsetCommit, JoinGroup or SyncGroup) on
+// the reader goroutine and sends it to the groups without waiting: the
+// writer turns the answer into the Kafka answer when it comes, in its turn,
+// or answers by itself at the call's bound.
 func (c *conn) send(h header, r request, kreq kmsg.Request) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			c.handlerPanicked(h, v)
-			err = fmt.Errorf("request handler panicked")
-		}
-	}()
-	var (
-		n       proto.Message
-		timeout time.Duration
-		a       asyncCall
-		resp    kmsg.Response
-	)
-	switch req := kreq.(type) {
-	case *kmsg.OffsetCommitRequest:
-		b := c.l.prepareCommit(&r, req)
-		if n, timeout, a = b.req, callTimeout, b; len(b.req.Topics) == 0 {
-			resp = b.answer(c.l, nil, nil, nil)
-		}
-	case *kmsg.JoinGroupRequest:
-		n, timeout, resp = c.l.prepareJoin(&r, req)
-		a = (*joinAnswer)(req)
-	case *kmsg.SyncGroupRequest:
-		n, timeout, resp = c.l.prepareSync(&r, req)
-		a = (*syncAnswer)(req)
-	}
+	defer c.recoverHandler(h, &err)
+	n, timeout, a, resp := c.l.prepare(&r, kreq)
 	if resp != nil {
 		resp.SetVersion(h.version)
 		return c.enqueue(&pending{corr: h.corr, key: h.key, resp: resp})
@@ -555,6 +527,15 @@ func (c *conn) finish(p *pending) (ok bool) {
 	p.resp = p.call.answer(c.l, p.request, p.native, err)
 	p.resp.SetVersion(p.r.version)
 	return true
+}
+
+// recoverHandler, deferred by code that runs a handler on the reader, turns
+// the handler's panic into the reader's error: the connection closes.
+func (c *conn) recoverHandler(h header, err *error) {
+	if v := recover(); v != nil {
+		c.handlerPanicked(h, v)
+		*err = fmt.Errorf("request handler panicked")
+	}
 }
 
 // answered is the done channel of answers complete when queued.

@@ -71,13 +71,38 @@ func parkTimeout(rebalanceMs int32) time.Duration {
 	return time.Duration(rebalanceMs)*time.Millisecond + parkMargin
 }
 
-func (l *Listener) joinGroup(ctx context.Context, r *request, req *kmsg.JoinGroupRequest) kmsg.Response {
-	n, timeout, resp := l.prepareJoin(r, req)
+// waitingCall serves, on a worker, an API that waits on a Raft write or a
+// rebalance: OffsetCommit, JoinGroup or SyncGroup. With an AsyncGroups the
+// reader sends these without a worker instead (conn.send); both paths
+// prepare and answer alike.
+func (l *Listener) waitingCall(ctx context.Context, r *request, kreq kmsg.Request) kmsg.Response {
+	n, timeout, a, resp := l.prepare(r, kreq)
 	if resp != nil {
 		return resp
 	}
 	m, err := l.groups.CallWithin(ctx, n, timeout)
-	return (*joinAnswer)(req).answer(l, n, m, err)
+	return a.answer(l, n, m, err)
+}
+
+// prepare checks a waiting call's request and builds its native request,
+// the call's bound and what turns the native answer into the Kafka one; or
+// it returns the answer when the request goes no further.
+func (l *Listener) prepare(r *request, kreq kmsg.Request) (proto.Message, time.Duration, asyncCall, kmsg.Response) {
+	switch req := kreq.(type) {
+	case *kmsg.OffsetCommitRequest:
+		b := l.prepareCommit(r, req)
+		if len(b.req.Topics) == 0 { // only partitions the listener refused itself
+			return nil, 0, nil, b.answer(l, nil, nil, nil)
+		}
+		return b.req, callTimeout, b, nil
+	case *kmsg.JoinGroupRequest:
+		n, timeout, resp := l.prepareJoin(r, req)
+		return n, timeout, (*joinAnswer)(req), resp
+	case *kmsg.SyncGroupRequest:
+		n, timeout, resp := l.prepareSync(r, req)
+		return n, timeout, (*syncAnswer)(req), resp
+	}
+	panic(fmt.Sprintf("kafka: %T is not a waiting call", kreq))
 }
 
 // prepareJoin checks a JoinGroup and builds its native request and the
@@ -149,15 +174,6 @@ func (a *joinAnswer) answer(l *Listener, n, m proto.Message, err error) kmsg.Res
 		resp.Members = append(resp.Members, km)
 	}
 	return resp
-}
-
-func (l *Listener) syncGroup(ctx context.Context, r *request, req *kmsg.SyncGroupRequest) kmsg.Response {
-	n, timeout, resp := l.prepareSync(r, req)
-	if resp != nil {
-		return resp
-	}
-	m, err := l.groups.CallWithin(ctx, n, timeout)
-	return (*syncAnswer)(req).answer(l, n, m, err)
 }
 
 // prepareSync checks a SyncGroup and builds its native request and the
@@ -290,15 +306,6 @@ func (l *Listener) leaveGroup(ctx context.Context, r *request, req *kmsg.LeaveGr
 type tp struct {
 	topic     string
 	partition int32
-}
-
-func (l *Listener) offsetCommit(ctx context.Context, r *request, req *kmsg.OffsetCommitRequest) kmsg.Response {
-	b := l.prepareCommit(r, req)
-	if len(b.req.Topics) == 0 {
-		return b.answer(l, nil, nil, nil)
-	}
-	m, err := l.groups.CallWithin(ctx, b.req, callTimeout)
-	return b.answer(l, b.req, m, err)
 }
 
 // prepareCommit checks an OffsetCommit's group, topics and partitions and

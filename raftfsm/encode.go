@@ -1,7 +1,6 @@
 package raftfsm
 
 import (
-	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
 
@@ -82,10 +81,11 @@ func appendWrite(b []byte, w *raftpb.GroupWrite, e encodedWrite) []byte {
 	b = appendString(b, 1, w.GetGroupId())
 	for _, r := range w.GetRecords() {
 		o := r.GetOffset()
+		size := sizeOffset(o)
 		b = protowire.AppendTag(b, 2, protowire.BytesType) // GroupWrite.records
-		b = protowire.AppendVarint(b, uint64(sizeMessage(sizeOffset(o))))
+		b = protowire.AppendVarint(b, uint64(sizeMessage(size)))
 		b = protowire.AppendTag(b, 2, protowire.BytesType) // Record.offset
-		b = protowire.AppendVarint(b, uint64(sizeOffset(o)))
+		b = protowire.AppendVarint(b, uint64(size))
 		b = appendOffset(b, o)
 	}
 	if f := w.GetFence(); f != nil {
@@ -156,7 +156,7 @@ func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 }
 
 // encodeGroupWrites encodes the writes of a batch as one group-writes
-// command (encodeCommand's envelope). A write that cannot be encoded is left
+// command (in appendEnvelope's envelope, as encodeCommand writes it). A write that cannot be encoded is left
 // out, with its error in failed (indexed like writes, nil for the others);
 // ws holds the writes encoded, in order.
 func encodeGroupWrites(writes []*raftpb.GroupWrite) (data []byte, ws *raftpb.GroupWrites, failed []error) {
@@ -176,12 +176,7 @@ func encodeGroupWrites(writes []*raftpb.GroupWrite) (data []byte, ws *raftpb.Gro
 		kept++
 	}
 	ws = &raftpb.GroupWrites{Writes: make([]*raftpb.GroupWrite, 0, kept)}
-	data = make([]byte, 0, 3*binary.MaxVarintLen64+payload)
-	data = appendVarint(data, 1, uint64(raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES))
-	data = protowire.AppendVarint(protowire.AppendTag(data, 2, protowire.VarintType), CommandVersion)
-	if payload > 0 {
-		data = protowire.AppendVarint(protowire.AppendTag(data, 3, protowire.BytesType), uint64(payload))
-	}
+	data = appendEnvelope(raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, payload)
 	for i, w := range writes {
 		if failed != nil && failed[i] != nil {
 			continue

@@ -206,6 +206,21 @@ func (s *Store) propose(batch []pending) {
 	}()
 }
 
+// appendEnvelope returns a command's Envelope up to its payload, which is
+// size bytes long, with room for the payload (an empty payload is not
+// written: proto3 leaves out an empty bytes field).
+func appendEnvelope(t raftpb.CommandType, size int) []byte {
+	b := make([]byte, 0, 3*binary.MaxVarintLen64+size)
+	if t != 0 {
+		b = protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.VarintType), uint64(t))
+	}
+	b = protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), CommandVersion)
+	if size > 0 {
+		b = protowire.AppendVarint(protowire.AppendTag(b, 3, protowire.BytesType), uint64(size))
+	}
+	return b
+}
+
 // storeError maps a raft failure to the coordinator's store errors. A lost
 // leadership or a timeout leaves the outcome unknown: never a success.
 func storeError(err error) error {
@@ -226,15 +241,10 @@ func storeError(err error) error {
 // then copied into the envelope.
 func encodeCommand(t raftpb.CommandType, payload proto.Message) ([]byte, error) {
 	size := deterministic.Size(payload)
-	b := make([]byte, 0, 3*binary.MaxVarintLen64+size)
-	if t != 0 {
-		b = protowire.AppendVarint(protowire.AppendTag(b, 1, protowire.VarintType), uint64(t))
-	}
-	b = protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), CommandVersion)
+	b := appendEnvelope(t, size)
 	if size == 0 {
-		return b, nil // an empty bytes field is not written
+		return b, nil
 	}
-	b = protowire.AppendVarint(protowire.AppendTag(b, 3, protowire.BytesType), uint64(size))
 	start := len(b)
 	b, err := deterministic.MarshalAppend(b, payload)
 	if err != nil {
