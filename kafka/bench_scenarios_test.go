@@ -167,6 +167,7 @@ func BenchmarkFormation(b *testing.B) {
 			var took, cpu, client time.Duration
 			var gens, reads, writes int64
 			j0, s0, h0 := formRequests.joins.Load(), formRequests.syncs.Load(), formRequests.heartbeats.Load()
+			m0 := readMachineTimes()
 			for range b.N {
 				cpu0, client0 := s.cpu(), selfCPU()
 				r0, w0 := s.syscalls()
@@ -186,6 +187,7 @@ func BenchmarkFormation(b *testing.B) {
 				}
 				took += last.Sub(start)
 			}
+			reportMachine(b, m0)
 			b.ReportMetric(float64(groups*b.N)/took.Seconds(), "groups/s")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(groups*b.N), "server-cpu-µs/group")
 			// The load generator shares the cores with the server: what it

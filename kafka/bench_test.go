@@ -283,6 +283,47 @@ func (s *benchServer) cpu() time.Duration {
 	return sum + time.Duration(utime+stime)*(time.Second/100) // USER_HZ
 }
 
+// machineTimes is the machine's CPU time so far, from /proc/stat, in
+// USER_HZ ticks: all of it, idle (waiting for I/O included), and stolen (a
+// virtual machine's CPUs running something else of the host's).
+type machineTimes struct{ total, idle, steal uint64 }
+
+func readMachineTimes() machineTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineTimes{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	var t machineTimes
+	for i, v := range f[1:] {
+		if i >= 8 {
+			break // guest time is counted in user already
+		}
+		n, _ := strconv.ParseUint(v, 10, 64)
+		t.total += n
+		switch i {
+		case 3, 4:
+			t.idle += n
+		case 7:
+			t.steal += n
+		}
+	}
+	return t
+}
+
+// reportMachine reports how much of the machine's CPU time since m0 was
+// idle and how much was stolen: a run on a host that takes a third of the
+// CPUs away is not comparable with one where it takes none, and the
+// servers compared in one run may have met different shares.
+func reportMachine(b *testing.B, m0 machineTimes) {
+	m1 := readMachineTimes()
+	if d := m1.total - m0.total; d > 0 && m1.total > m0.total {
+		b.ReportMetric(100*float64(m1.idle-m0.idle)/float64(d), "machine-idle-%")
+		b.ReportMetric(100*float64(m1.steal-m0.steal)/float64(d), "machine-steal-%")
+	}
+}
+
 // syscalls returns the server's read and write system call counts.
 func (s *benchServer) syscalls() (reads, writes int64) {
 	for _, p := range s.peers {
@@ -667,7 +708,7 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 	b.ResetTimer()
 	a0, e0 := s.allocs(), s.ask("raftindex", "RAFTINDEX")
 	r0, w0 := s.syscalls()
-	cpu0, t0 := s.cpu(), time.Now()
+	cpu0, t0, m0 := s.cpu(), time.Now(), readMachineTimes()
 	errs := make([]error, len(conns))
 	lats := make([][]time.Duration, len(conns))
 	var wg sync.WaitGroup
@@ -696,6 +737,7 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 	if bad.Load() > 0 {
 		b.Fatalf("%d of %d answers carried an error, the first: %+v", bad.Load(), b.N, firstBad.Load())
 	}
+	reportMachine(b, m0)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-cpu-µs/req")
 	b.ReportMetric(float64(a1-a0)/float64(b.N), "server-allocs/req")
