@@ -162,6 +162,14 @@ func serveCommands(extra func(cmd, arg string) bool) {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			fmt.Println("ALLOCS", ms.Mallocs)
+		case "allocbytes":
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Println("ALLOCBYTES", ms.TotalAlloc)
+		case "gcs":
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Println("GCS", ms.NumGC)
 		case "heap":
 			heap(arg)
 		case "mem":
@@ -225,6 +233,25 @@ func (s *benchServer) allocs() uint64 {
 	n := s.ask("allocs", "ALLOCS")
 	for _, p := range s.peers {
 		n += p.allocs()
+	}
+	return n
+}
+
+// allocBytes returns the bytes the server allocated so far, and gcs the
+// collections it ran: what it allocates per request sets how often it
+// collects.
+func (s *benchServer) allocBytes() uint64 {
+	n := s.ask("allocbytes", "ALLOCBYTES")
+	for _, p := range s.peers {
+		n += p.allocBytes()
+	}
+	return n
+}
+
+func (s *benchServer) gcs() uint64 {
+	n := s.ask("gcs", "GCS")
+	for _, p := range s.peers {
+		n += p.gcs()
 	}
 	return n
 }
@@ -707,6 +734,7 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 	}
 	b.ResetTimer()
 	a0, e0 := s.allocs(), s.ask("raftindex", "RAFTINDEX")
+	ab0, gc0 := s.allocBytes(), s.gcs()
 	r0, w0 := s.syscalls()
 	cpu0, t0, m0 := s.cpu(), time.Now(), readMachineTimes()
 	errs := make([]error, len(conns))
@@ -730,6 +758,7 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 	elapsed, cpu := time.Since(t0), s.cpu()-cpu0
 	r1, w1 := s.syscalls()
 	a1, e1 := s.allocs(), s.ask("raftindex", "RAFTINDEX")
+	ab1, gc1 := s.allocBytes(), s.gcs()
 	b.StopTimer()
 	if err := errors.Join(errs...); err != nil {
 		b.Fatal(err)
@@ -741,6 +770,8 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server-cpu-µs/req")
 	b.ReportMetric(float64(a1-a0)/float64(b.N), "server-allocs/req")
+	b.ReportMetric(float64(ab1-ab0)/float64(b.N), "server-alloc-B/req")
+	b.ReportMetric(float64(gc1-gc0)*10000/float64(b.N), "server-gcs/10k-req")
 	b.ReportMetric(float64(r1-r0)/float64(b.N), "server-reads/req")
 	b.ReportMetric(float64(w1-w0)/float64(b.N), "server-writes/req")
 	if e1 > e0 {

@@ -76,7 +76,7 @@ func parkTimeout(rebalanceMs int32) time.Duration {
 // reader sends these without a worker instead (conn.send); both paths
 // prepare and answer alike.
 func (l *Listener) waitingCall(ctx context.Context, r *request, kreq kmsg.Request) kmsg.Response {
-	n, timeout, a, resp := l.prepare(r, kreq)
+	n, timeout, a, resp := l.prepare(r, kreq, nil)
 	if resp != nil {
 		return resp
 	}
@@ -87,10 +87,10 @@ func (l *Listener) waitingCall(ctx context.Context, r *request, kreq kmsg.Reques
 // prepare checks a waiting call's request and builds its native request,
 // the call's bound and what turns the native answer into the Kafka one; or
 // it returns the answer when the request goes no further.
-func (l *Listener) prepare(r *request, kreq kmsg.Request) (proto.Message, time.Duration, asyncCall, kmsg.Response) {
+func (l *Listener) prepare(r *request, kreq kmsg.Request, one *commitOne) (proto.Message, time.Duration, asyncCall, kmsg.Response) {
 	switch req := kreq.(type) {
 	case *kmsg.OffsetCommitRequest:
-		b := l.prepareCommit(r, req)
+		b := l.prepareCommit(r, req, one)
 		if len(b.req.Topics) == 0 { // only partitions the listener refused itself
 			return nil, 0, nil, b.answer(l, nil, nil, nil)
 		}
@@ -311,12 +311,12 @@ type tp struct {
 // prepareCommit checks an OffsetCommit's group, topics and partitions and
 // builds the native request of the partitions that pass; the others have
 // their error codes kept for the answer.
-func (l *Listener) prepareCommit(r *request, req *kmsg.OffsetCommitRequest) *commitBlocks {
+func (l *Listener) prepareCommit(r *request, req *kmsg.OffsetCommitRequest, one *commitOne) *commitBlocks {
 	total := 0
 	for _, t := range req.Topics {
 		total += len(t.Partitions)
 	}
-	b := newCommitBlocks(len(req.Topics), total)
+	b := newCommitBlocks(len(req.Topics), total, one)
 	b.kreq = req
 	n := b.req
 	n.GroupId, n.GenerationId, n.MemberId, n.RetentionTimeMs = req.Group, req.Generation, req.MemberID, -1
@@ -456,24 +456,45 @@ type commitBlocks struct {
 	respParts  []kmsg.OffsetCommitResponseTopicPartition
 }
 
-func newCommitBlocks(topics, partitions int) *commitBlocks {
+// commitOne holds every message of the usual commit of one partition in one
+// block.
+type commitOne struct {
+	b         commitBlocks
+	req       grouppb.OffsetCommitRequest
+	topic     [1]grouppb.OffsetCommitTopic
+	topicPtr  [1]*grouppb.OffsetCommitTopic
+	part      [1]grouppb.OffsetCommitPartition
+	partPtr   [1]*grouppb.OffsetCommitPartition
+	resp      kmsg.OffsetCommitResponse
+	respTopic [1]kmsg.OffsetCommitResponseTopic
+	respPart  [1]kmsg.OffsetCommitResponseTopicPartition
+}
+
+// blocks empties one (it may have held an earlier commit) and returns its
+// commitBlocks.
+func (one *commitOne) blocks() *commitBlocks {
+	one.req.Reset()
+	one.topic[0].Reset()
+	one.part[0].Reset()
+	one.topicPtr[0], one.partPtr[0] = nil, nil
+	one.resp = kmsg.OffsetCommitResponse{}
+	one.respTopic[0] = kmsg.OffsetCommitResponseTopic{}
+	one.respPart[0] = kmsg.OffsetCommitResponseTopicPartition{}
+	one.req.Topics = one.topicPtr[:0]
+	one.resp.Default()
+	one.b = commitBlocks{req: &one.req, topics: one.topic[:0], parts: one.part[:0], partPtrs: one.partPtr[:0],
+		resp: &one.resp, respTopics: one.respTopic[:], respParts: one.respPart[:]}
+	return &one.b
+}
+
+// newCommitBlocks returns the blocks of a commit of partitions partitions
+// in topics topics; one, when not nil, is used for a commit of one.
+func newCommitBlocks(topics, partitions int, one *commitOne) *commitBlocks {
 	if topics == 1 && partitions == 1 {
-		one := &struct {
-			b         commitBlocks
-			req       grouppb.OffsetCommitRequest
-			topic     [1]grouppb.OffsetCommitTopic
-			topicPtr  [1]*grouppb.OffsetCommitTopic
-			part      [1]grouppb.OffsetCommitPartition
-			partPtr   [1]*grouppb.OffsetCommitPartition
-			resp      kmsg.OffsetCommitResponse
-			respTopic [1]kmsg.OffsetCommitResponseTopic
-			respPart  [1]kmsg.OffsetCommitResponseTopicPartition
-		}{}
-		one.req.Topics = one.topicPtr[:0]
-		one.resp.Default()
-		one.b = commitBlocks{req: &one.req, topics: one.topic[:0], parts: one.part[:0], partPtrs: one.partPtr[:0],
-			resp: &one.resp, respTopics: one.respTopic[:], respParts: one.respPart[:]}
-		return &one.b
+		if one == nil {
+			one = new(commitOne)
+		}
+		return one.blocks()
 	}
 	resp := kmsg.NewPtrOffsetCommitResponse()
 	return &commitBlocks{
