@@ -1,8 +1,11 @@
 package kafka_test
 
 import (
+	"encoding/binary"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -10,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohort-coord/cohort/node"
 )
@@ -25,7 +30,9 @@ import (
 // from the first JoinGroup to the last SyncGroup and the server CPU per
 // group. BenchmarkMemory forms COHORT_BENCH_MEM_GROUPS groups (2,000) of 50
 // idle members and reports the growth of the server's resident memory and
-// Go heap per member. BenchmarkCommit runs closed-loop OffsetCommits with
+// Go heap per member. BenchmarkConnMemory opens COHORT_BENCH_CONNS (5,000)
+// idle connections twice (closing the first set) and reports the resident
+// memory each costs the server. BenchmarkCommit runs closed-loop OffsetCommits with
 // 1,024 in flight for the BenchmarkGroups members (COHORT_BENCH_COMMIT_CONNS
 // connections of 16 in flight each, 64) and reports req/s, CPU per commit
 // summed over the nodes, and p50/p99 latency. COHORT_BENCH_SERVERS
@@ -168,6 +175,7 @@ func BenchmarkFormation(b *testing.B) {
 			var gens, reads, writes int64
 			j0, s0, h0 := formRequests.joins.Load(), formRequests.syncs.Load(), formRequests.heartbeats.Load()
 			m0 := readMachineTimes()
+			ab0, gc0 := s.allocBytes(), s.gcs()
 			for range b.N {
 				cpu0, client0 := s.cpu(), selfCPU()
 				r0, w0 := s.syscalls()
@@ -188,6 +196,9 @@ func BenchmarkFormation(b *testing.B) {
 				took += last.Sub(start)
 			}
 			reportMachine(b, m0)
+			ab1, gc1 := s.allocBytes(), s.gcs()
+			b.ReportMetric(float64(ab1-ab0)/float64(groups*b.N), "server-alloc-B/group")
+			b.ReportMetric(float64(gc1-gc0)*1000/float64(groups*b.N), "server-gcs/1k-groups")
 			b.ReportMetric(float64(groups*b.N)/took.Seconds(), "groups/s")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(groups*b.N), "server-cpu-µs/group")
 			// The load generator shares the cores with the server: what it
@@ -262,6 +273,85 @@ func BenchmarkMemory(b *testing.B) {
 		})
 		s.stop()
 	}
+}
+
+// BenchmarkConnMemory measures what an idle client connection (a member
+// that only heartbeats) costs the server in resident memory: the connection
+// asks for the API versions and sends one heartbeat, then idles. The first
+// set of connections is closed and a second opened, as clients reconnect
+// over a deploy: the second set lands in heap the first one used, which the
+// runtime hands out zeroed, so what it costs is resident in full.
+func BenchmarkConnMemory(b *testing.B) {
+	n := benchCount("COHORT_BENCH_CONNS", 5000, 100)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && int(lim.Cur)/2-100 < n {
+		n = max(int(lim.Cur)/2-100, 1) // this process and the server each hold one descriptor per connection
+	}
+	for _, name := range benchServers("cohort", "kfake") {
+		s := startServer(b, name)
+		b.Run(name, func(b *testing.B) {
+			var fresh, reused float64
+			for range b.N {
+				s.ask("mem", "MEM") // collected, and freed memory returned
+				rss0 := float64(s.rss())
+				conns := idleConns(b, s.addr, n)
+				s.ask("gc", "GC")
+				fresh += (float64(s.rss()) - rss0) / float64(n)
+				for _, c := range conns {
+					c.Close()
+				}
+				time.Sleep(memSettle) // the server closes its side
+				// Collected but not returned, as between a deploy's
+				// disconnects and reconnects.
+				s.ask("gc", "GC")
+				conns = idleConns(b, s.addr, n)
+				s.ask("gc", "GC")
+				reused += (float64(s.rss()) - rss0) / float64(n)
+				for _, c := range conns {
+					c.Close()
+				}
+				time.Sleep(memSettle)
+			}
+			b.ReportMetric(fresh/float64(b.N), "rss-B/conn-fresh")
+			b.ReportMetric(reused/float64(b.N), "rss-B/conn")
+			b.ReportMetric(float64(n), "conns")
+		})
+		s.stop()
+	}
+}
+
+// idleConns opens n connections to addr, each answered an ApiVersions and a
+// Heartbeat (of a group that does not exist: the answer is an error code).
+func idleConns(b *testing.B, addr string, n int) []net.Conn {
+	b.Helper()
+	fm := kmsg.NewRequestFormatter(kmsg.FormatterClientID("conn-bench"))
+	versions := kmsg.NewPtrApiVersionsRequest()
+	versions.SetVersion(3)
+	versions.ClientSoftwareName, versions.ClientSoftwareVersion = "conn-bench", "1"
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.SetVersion(4)
+	hb.Group, hb.Generation, hb.MemberID = "conn-bench", 1, "conn-bench-member"
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+		for i, req := range []kmsg.Request{versions, hb} {
+			if _, err := c.Write(fm.AppendRequest(nil, req, int32(i))); err != nil {
+				b.Fatal(err)
+			}
+			var size [4]byte
+			if _, err := io.ReadFull(c, size[:]); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, make([]byte, binary.BigEndian.Uint32(size[:]))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return conns
 }
 
 func BenchmarkCommit(b *testing.B) {

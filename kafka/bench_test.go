@@ -125,7 +125,10 @@ func raftIndex(n *node.Node, cmd string) bool {
 // "mem" collects garbage, returns freed memory to the system and answers
 // the Go heap in use, so that the parent reads a resident size without
 // garbage in it; "live", asked after "mem", answers the bytes of the
-// objects in that heap. Commands extra knows (it returns true) are its own.
+// objects in that heap; "gc" only collects (freed memory stays with the
+// process, as between collections). "allocs", "allocbytes" and "gcs" answer
+// the heap allocations, bytes allocated and collections so far. Commands
+// extra knows (it returns true) are its own.
 func serveCommands(extra func(cmd, arg string) bool) {
 	var prof *os.File
 	heap := func(path string) {
@@ -162,6 +165,9 @@ func serveCommands(extra func(cmd, arg string) bool) {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			fmt.Println("ALLOCS", ms.Mallocs)
+		case "gc":
+			runtime.GC() // freed memory stays with the process
+			fmt.Println("GC 1")
 		case "allocbytes":
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)

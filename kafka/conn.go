@@ -180,7 +180,7 @@ func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 		host:   "/" + host,
 		queue:  make(chan *pending, maxInFlight),
 		jobs:   make(chan *pending),
-		out:    bufio.NewWriterSize(nc, 64<<10),
+		out:    bufio.NewWriterSize(nc, connBufferSize),
 	}
 	c.initAuth()
 	return c
@@ -239,7 +239,7 @@ func (c *conn) handshake(tc *tls.Conn) error {
 }
 
 func (c *conn) readLoop() error {
-	br := bufio.NewReaderSize(c.nc, 64<<10)
+	br := bufio.NewReaderSize(c.nc, connBufferSize)
 	var size [4]byte
 	for {
 		if br.Buffered() < len(size) {

@@ -232,6 +232,15 @@ const (
 	// maxInFlight bounds the requests of one connection that are being
 	// processed or waiting to be written.
 	maxInFlight = 64
+	// connBufferSize is the size of each connection's read and write
+	// buffers. A window of pipelined group requests fits (16 commits are
+	// about 2 KB, their answers under 1 KB); a bigger frame is read into a
+	// buffer of its own and a bigger answer written straight through. The
+	// buffers live as long as the connection, so their size is most of
+	// what an idle member's connection costs once the heap has been reused:
+	// 23 KB of resident memory per connection with 4 KB buffers, 106 KB
+	// with 64 KB ones (kafka/BENCHMARKS.md, seventh session).
+	connBufferSize = 4 << 10
 )
 
 // New binds the socket and returns a Listener ready to Serve.
