@@ -161,21 +161,14 @@ func serveCommands(extra func(cmd, arg string) bool) {
 			}
 		case "stop":
 			stop()
-		case "allocs":
+		case "allocs", "allocbytes", "gcs":
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
-			fmt.Println("ALLOCS", ms.Mallocs)
+			n := map[string]uint64{"allocs": ms.Mallocs, "allocbytes": ms.TotalAlloc, "gcs": uint64(ms.NumGC)}[cmd]
+			fmt.Println(strings.ToUpper(cmd), n)
 		case "gc":
 			runtime.GC() // freed memory stays with the process
 			fmt.Println("GC 1")
-		case "allocbytes":
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			fmt.Println("ALLOCBYTES", ms.TotalAlloc)
-		case "gcs":
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			fmt.Println("GCS", ms.NumGC)
 		case "heap":
 			heap(arg)
 		case "mem":
@@ -234,33 +227,22 @@ func (s *benchServer) ask(cmd, prefix string) uint64 {
 	return n
 }
 
-// allocs returns the number of heap allocations the server made so far.
-func (s *benchServer) allocs() uint64 {
-	n := s.ask("allocs", "ALLOCS")
+// total asks every node of the server for a count (cmd answers it after
+// prefix) and returns the sum.
+func (s *benchServer) total(cmd, prefix string) uint64 {
+	n := s.ask(cmd, prefix)
 	for _, p := range s.peers {
-		n += p.allocs()
+		n += p.total(cmd, prefix)
 	}
 	return n
 }
 
-// allocBytes returns the bytes the server allocated so far, and gcs the
-// collections it ran: what it allocates per request sets how often it
-// collects.
-func (s *benchServer) allocBytes() uint64 {
-	n := s.ask("allocbytes", "ALLOCBYTES")
-	for _, p := range s.peers {
-		n += p.allocBytes()
-	}
-	return n
-}
-
-func (s *benchServer) gcs() uint64 {
-	n := s.ask("gcs", "GCS")
-	for _, p := range s.peers {
-		n += p.gcs()
-	}
-	return n
-}
+// allocs returns the number of heap allocations the server made so far,
+// allocBytes the bytes, and gcs the collections it ran: what it allocates
+// per request sets how often it collects.
+func (s *benchServer) allocs() uint64     { return s.total("allocs", "ALLOCS") }
+func (s *benchServer) allocBytes() uint64 { return s.total("allocbytes", "ALLOCBYTES") }
+func (s *benchServer) gcs() uint64        { return s.total("gcs", "GCS") }
 
 func startBenchServer(b *testing.B, name string, env ...string) *benchServer {
 	b.Helper()

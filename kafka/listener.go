@@ -236,10 +236,11 @@ const (
 	// buffers. A window of pipelined group requests fits (16 commits are
 	// about 2 KB, their answers under 1 KB); a bigger frame is read into a
 	// buffer of its own and a bigger answer written straight through. The
-	// buffers live as long as the connection, so their size is most of
+	// buffers live as long as the connection, so their size sets much of
 	// what an idle member's connection costs once the heap has been reused:
-	// 23 KB of resident memory per connection with 4 KB buffers, 106 KB
-	// with 64 KB ones (kafka/BENCHMARKS.md, seventh session).
+	// 18 KB of resident memory per connection with 4 KB buffers, 107 KB
+	// with 64 KB ones (BenchmarkConnMemory; kafka/BENCHMARKS.md, seventh
+	// session).
 	connBufferSize = 4 << 10
 )
 
