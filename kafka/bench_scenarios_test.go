@@ -1,11 +1,8 @@
 package kafka_test
 
 import (
-	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -298,7 +295,7 @@ func BenchmarkConnMemory(b *testing.B) {
 				s.ask("gc", "GC")
 				fresh += (float64(s.rss()) - rss0) / float64(n)
 				for _, c := range conns {
-					c.Close()
+					c.close()
 				}
 				time.Sleep(memSettle) // the server closes its side
 				// Collected but not returned, as between a deploy's
@@ -308,7 +305,7 @@ func BenchmarkConnMemory(b *testing.B) {
 				s.ask("gc", "GC")
 				reused += (float64(s.rss()) - rss0) / float64(n)
 				for _, c := range conns {
-					c.Close()
+					c.close()
 				}
 				time.Sleep(memSettle)
 			}
@@ -322,31 +319,23 @@ func BenchmarkConnMemory(b *testing.B) {
 
 // idleConns opens n connections to addr, each answered an ApiVersions and a
 // Heartbeat (of a group that does not exist: the answer is an error code).
-func idleConns(b *testing.B, addr string, n int) []net.Conn {
+func idleConns(b *testing.B, addr string, n int) []*pconn {
 	b.Helper()
-	fm := kmsg.NewRequestFormatter(kmsg.FormatterClientID("conn-bench"))
 	versions := kmsg.NewPtrApiVersionsRequest()
 	versions.SetVersion(3)
 	versions.ClientSoftwareName, versions.ClientSoftwareVersion = "conn-bench", "1"
 	hb := kmsg.NewPtrHeartbeatRequest()
 	hb.SetVersion(4)
 	hb.Group, hb.Generation, hb.MemberID = "conn-bench", 1, "conn-bench-member"
-	conns := make([]net.Conn, 0, n)
+	conns := make([]*pconn, 0, n)
 	for range n {
-		c, err := net.Dial("tcp", addr)
+		c, err := dialP(addr)
 		if err != nil {
 			b.Fatal(err)
 		}
 		conns = append(conns, c)
-		for i, req := range []kmsg.Request{versions, hb} {
-			if _, err := c.Write(fm.AppendRequest(nil, req, int32(i))); err != nil {
-				b.Fatal(err)
-			}
-			var size [4]byte
-			if _, err := io.ReadFull(c, size[:]); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.ReadFull(c, make([]byte, binary.BigEndian.Uint32(size[:]))); err != nil {
+		for _, req := range []kmsg.Request{versions, hb} {
+			if _, err := c.do(req); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -403,7 +403,8 @@ func (c *pconn) readLoop() {
 				body := frame[4:]
 				resp := w.req.ResponseKind()
 				resp.SetVersion(w.req.GetVersion())
-				if resp.IsFlexible() && len(body) > 0 {
+				// ApiVersions answers with a header without tags at every version.
+				if resp.IsFlexible() && w.req.Key() != kmsg.ApiVersions.Int16() && len(body) > 0 {
 					body = body[1:]
 				}
 				err = resp.ReadFrom(body)

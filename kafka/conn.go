@@ -484,12 +484,13 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 		one = &slot.one
 	}
 	n, timeout, a, resp := c.l.prepare(&r, kreq, one)
-	p := &pending{}
+	var p *pending
 	if slot != nil {
 		p = &slot.p
-		p.slot = slot
+	} else {
+		p = new(pending)
 	}
-	p.corr, p.key = h.corr, h.key
+	p.corr, p.key, p.slot = h.corr, h.key, slot
 	if resp != nil {
 		resp.SetVersion(h.version)
 		p.resp = resp

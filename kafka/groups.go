@@ -473,13 +473,7 @@ type commitOne struct {
 // blocks empties one (it may have held an earlier commit) and returns its
 // commitBlocks.
 func (one *commitOne) blocks() *commitBlocks {
-	one.req.Reset()
-	one.topic[0].Reset()
-	one.part[0].Reset()
-	one.topicPtr[0], one.partPtr[0] = nil, nil
-	one.resp = kmsg.OffsetCommitResponse{}
-	one.respTopic[0] = kmsg.OffsetCommitResponseTopic{}
-	one.respPart[0] = kmsg.OffsetCommitResponseTopicPartition{}
+	*one = commitOne{}
 	one.req.Topics = one.topicPtr[:0]
 	one.resp.Default()
 	one.b = commitBlocks{req: &one.req, topics: one.topic[:0], parts: one.part[:0], partPtrs: one.partPtr[:0],

@@ -156,9 +156,10 @@ func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 }
 
 // encodeGroupWrites encodes the writes of a batch as one group-writes
-// command (in appendEnvelope's envelope, as encodeCommand writes it). A write that cannot be encoded is left
-// out, with its error in failed (indexed like writes, nil for the others);
-// ws holds the writes encoded, in order.
+// command (in appendEnvelope's envelope, as encodeCommand writes it). A
+// write that cannot be encoded is left out, with its error in failed
+// (indexed like writes, nil for the others); ws holds the writes encoded, in
+// order.
 func encodeGroupWrites(writes []*raftpb.GroupWrite) (data []byte, ws *raftpb.GroupWrites, failed []error) {
 	enc := make([]encodedWrite, len(writes))
 	payload, kept := 0, 0
