@@ -65,7 +65,7 @@ func (d *groupDriver) current() (string, *string, bool) {
 	if d.in.pick(2) == 0 {
 		id = d.h.g.Leader()
 	}
-	return id, cloneOpt(d.h.g.members[id].instanceID), true
+	return id, cloneOpt(d.h.g.members.get(id).instanceID), true
 }
 
 func (d *groupDriver) wellFormed() bool { return d.in.pick(4) != 0 }
@@ -142,10 +142,10 @@ func (d *groupDriver) step() {
 		}
 		m := statics[f.pick(len(statics))]
 		h.rawJoin(&pb.JoinGroupRequest{GroupId: "g", ApiVersion: pickOf[int32](f, 5, 9), ClientId: m.clientID, ProtocolType: h.g.protocolType,
-			Protocols: m.protocols, SessionTimeoutMs: int32(m.sessionTimeout / ms), RebalanceTimeoutMs: int32(m.rebalanceTimeout / ms), GroupInstanceId: cloneOpt(m.instanceID)})
+			Protocols: m.protocols, SessionTimeoutMs: int32(m.sessionTimeout() / ms), RebalanceTimeoutMs: int32(m.rebalanceTimeout() / ms), GroupInstanceId: cloneOpt(m.instanceID)})
 	case 19: // every member heartbeats
 		for _, id := range h.g.MemberIDs() {
-			if m := h.g.members[id]; m != nil {
+			if m := h.g.members.get(id); m != nil {
 				h.g.Heartbeat(h.now, &pb.HeartbeatRequest{GroupId: "g", MemberId: id, GroupInstanceId: cloneOpt(m.instanceID), GenerationId: h.g.Generation()}, &h.fx)
 				h.apply()
 			}
@@ -172,7 +172,7 @@ func (d *groupDriver) step() {
 			}
 			if id, inst, ok := d.current(); ok && f.pick(2) == 0 {
 				req.MemberId, req.GroupInstanceId = id, inst
-				if m := h.g.members[id]; f.pick(2) == 0 {
+				if m := h.g.members.get(id); f.pick(2) == 0 {
 					req.Protocols = m.protocols // unchanged metadata
 				}
 			} else if req.GroupInstanceId != nil && req.ApiVersion < 5 {

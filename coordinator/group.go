@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
@@ -38,14 +39,12 @@ var validPrevious = [...][]State{
 }
 
 type member struct {
-	id               string
-	instanceID       *string
-	clientID         string
-	clientHost       string
-	rebalanceTimeout time.Duration
-	sessionTimeout   time.Duration
-	protocols        []*pb.Protocol
-	assignment       []byte
+	id         string
+	instanceID *string
+	clientID   string
+	clientHost string
+	protocols  []*pb.Protocol
+	assignment []byte
 
 	joinReply ReplyTo // parked JoinGroup, nil when not awaiting join
 	syncReply ReplyTo // parked SyncGroup, nil when not awaiting sync
@@ -64,9 +63,56 @@ type member struct {
 	sessionUntil int64
 
 	// The small fields last, packed: every member of every group has them.
-	joinVersion int32
-	isNew       bool
+	// The timeouts are the JoinGroup's, in milliseconds as Kafka sends
+	// them (sessionTimeout and rebalanceTimeout read them).
+	sessionMs, rebalanceMs int32
+	joinVersion            int32
+	isNew                  bool
 }
+
+func (m *member) sessionTimeout() time.Duration   { return msDuration(m.sessionMs) }
+func (m *member) rebalanceTimeout() time.Duration { return msDuration(m.rebalanceMs) }
+
+func (m *member) setTimeouts(session, rebalance time.Duration) {
+	m.sessionMs, m.rebalanceMs = durationMs(session), durationMs(rebalance)
+}
+
+// memberIndex is a group's members sorted by id; a lookup is a binary
+// search. It costs a pointer per member where a map cost about 50 bytes
+// (every idle member of every group pays it), and a join or a leave moves
+// at most the group's pointers, which is little next to the rebalance it
+// starts.
+type memberIndex struct{ byID []*member }
+
+func (x *memberIndex) find(id string) (int, bool) {
+	return slices.BinarySearchFunc(x.byID, id, func(m *member, id string) int { return strings.Compare(m.id, id) })
+}
+
+// get returns the member with id, nil when there is none.
+func (x *memberIndex) get(id string) *member {
+	if i, ok := x.find(id); ok {
+		return x.byID[i]
+	}
+	return nil
+}
+
+// put adds m under its id, replacing a member with the same id.
+func (x *memberIndex) put(m *member) {
+	i, ok := x.find(m.id)
+	if ok {
+		x.byID[i] = m
+		return
+	}
+	x.byID = slices.Insert(x.byID, i, m)
+}
+
+func (x *memberIndex) del(id string) {
+	if i, ok := x.find(id); ok {
+		x.byID = slices.Delete(x.byID, i, i+1)
+	}
+}
+
+func (x *memberIndex) len() int { return len(x.byID) }
 
 func (m *member) metadata(protocol string) []byte {
 	for _, p := range m.protocols {
@@ -154,7 +200,7 @@ type Group struct {
 	// change; Start rebalances.
 	rebalancePending bool
 
-	members    map[string]*member
+	members    memberIndex
 	order      []*member // join order; drives leader election and listings
 	static     map[string]string
 	pending    map[string]struct{}
@@ -200,7 +246,6 @@ func New(id string, cfg *Config, now time.Time) *Group {
 		epoch:          now,
 		state:          Empty,
 		stateTime:      now,
-		members:        map[string]*member{},
 		static:         map[string]string{},
 		pending:        map[string]struct{}{},
 		protoCount:     map[string]int{},
@@ -229,30 +274,30 @@ func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now t
 	}
 	for _, mr := range rec.GetMembers() {
 		m := &member{
-			id:               mr.GetMemberId(),
-			instanceID:       cloneOpt(mr.GroupInstanceId),
-			clientID:         mr.GetClientId(),
-			clientHost:       mr.GetClientHost(),
-			rebalanceTimeout: msDuration(mr.GetRebalanceTimeoutMs()),
-			sessionTimeout:   msDuration(mr.GetSessionTimeoutMs()),
-			protocols:        []*pb.Protocol{{Name: g.protocolNameOr(""), Metadata: mr.GetSubscription()}},
-			assignment:       mr.GetAssignment(),
+			id:          mr.GetMemberId(),
+			instanceID:  cloneOpt(mr.GroupInstanceId),
+			clientID:    mr.GetClientId(),
+			clientHost:  mr.GetClientHost(),
+			rebalanceMs: mr.GetRebalanceTimeoutMs(),
+			sessionMs:   mr.GetSessionTimeoutMs(),
+			protocols:   []*pb.Protocol{{Name: g.protocolNameOr(""), Metadata: mr.GetSubscription()}},
+			assignment:  mr.GetAssignment(),
 		}
 		if m.assignment == nil {
 			// An empty assignment decodes as nil; a Stable member has one.
 			m.assignment = []byte{}
 		}
-		if _, dup := g.members[m.id]; dup || m.id == "" {
+		if g.members.get(m.id) != nil || m.id == "" {
 			continue
 		}
 		g.addMember(m)
 	}
 	if rec.Leader != nil {
-		if _, ok := g.members[rec.GetLeader()]; ok {
+		if g.members.get(rec.GetLeader()) != nil {
 			g.leader = rec.GetLeader()
 		}
 	}
-	if len(g.members) > 0 && g.protocolName != nil {
+	if g.members.len() > 0 && g.protocolName != nil {
 		g.state = Stable
 		g.computeSubscribed()
 	} else {
@@ -281,9 +326,9 @@ func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now t
 func (g *Group) Start(now time.Time, fx *Effects) {
 	fx.arm(TimerOffsetExpiry, "", g.cfg.OffsetsRetentionCheckInterval)
 	for _, m := range g.order {
-		g.armSession(m, m.sessionTimeout, fx)
+		g.armSession(m, m.sessionTimeout(), fx)
 	}
-	if (len(g.members) > g.cfg.maxSize() || g.rebalancePending) && g.state == Stable {
+	if (g.members.len() > g.cfg.maxSize() || g.rebalancePending) && g.state == Stable {
 		g.prepareRebalance(now, fx)
 	}
 	g.rebalancePending = false
@@ -305,7 +350,29 @@ func (g *Group) ProtocolType() string { return g.protocolType }
 func (g *Group) Leader() string { return g.leader }
 
 // NumMembers returns the number of members (pending ids excluded).
-func (g *Group) NumMembers() int { return len(g.members) }
+func (g *Group) NumMembers() int { return g.members.len() }
+
+// StableAssignments calls fn with each member's id and assignment, in join
+// order, while the group is Stable (what Describe answers of them), and
+// with none in any other state. The assignment is shared and never changed
+// in place.
+func (g *Group) StableAssignments(fn func(id string, assignment []byte)) {
+	if g.state != Stable {
+		return
+	}
+	for _, m := range g.order {
+		fn(m.id, m.assignment)
+	}
+}
+
+// ProtocolName returns the selected protocol while the group is Stable
+// (Describe's ProtocolData), and "" in any other state.
+func (g *Group) ProtocolName() string {
+	if g.state != Stable {
+		return ""
+	}
+	return g.protocolNameOr("")
+}
 
 // MemberIDs returns the member ids in join order.
 func (g *Group) MemberIDs() []string {
@@ -348,13 +415,13 @@ func (g *Group) canRebalance() bool {
 func (g *Group) rebalanceTimeout() time.Duration {
 	var d time.Duration
 	for _, m := range g.order {
-		d = max(d, m.rebalanceTimeout)
+		d = max(d, m.rebalanceTimeout())
 	}
 	return d
 }
 
 func (g *Group) hasAllMembersJoined() bool {
-	return len(g.members) == g.awaitJoin && len(g.pending) == 0
+	return g.members.len() == g.awaitJoin && len(g.pending) == 0
 }
 
 // anyMemberJoined serves the early-handout seeded bug only.
@@ -367,7 +434,7 @@ func (g *Group) addMember(m *member) {
 		g.leader = m.id
 	}
 	m.protocols = g.shareProtocols(m.protocols)
-	g.members[m.id] = m
+	g.members.put(m)
 	g.order = append(g.order, m)
 	for _, p := range m.protocols {
 		g.protoCount[p.GetName()]++
@@ -401,7 +468,7 @@ func (g *Group) removeMember(m *member, fx *Effects) {
 		g.decProto(p.GetName())
 	}
 	g.guardRemoved(m)
-	delete(g.members, m.id)
+	g.members.del(m.id)
 	g.closeTakeover(m.id)
 	g.covered = nil
 	if i := slices.Index(g.order, m); i >= 0 {
@@ -462,7 +529,7 @@ func (g *Group) supportsProtocols(protocolType string, protocols []*pb.Protocol)
 		return false
 	}
 	for _, p := range protocols {
-		if g.protoCount[p.GetName()] == len(g.members) {
+		if g.protoCount[p.GetName()] == g.members.len() {
 			return true
 		}
 	}
@@ -473,7 +540,7 @@ func (g *Group) supportsProtocols(protocolType string, protocols []*pb.Protocol)
 // every member supports; most votes win; ties go to the protocol the leader
 // lists first.
 func (g *Group) selectProtocol() string {
-	n := len(g.members)
+	n := g.members.len()
 	votes := map[string]int{}
 	for _, m := range g.order {
 		for _, p := range m.protocols {
@@ -484,7 +551,7 @@ func (g *Group) selectProtocol() string {
 		}
 	}
 	var ranking []*pb.Protocol
-	if l := g.members[g.leader]; l != nil {
+	if l := g.members.get(g.leader); l != nil {
 		ranking = l.protocols
 	} else if len(g.order) > 0 {
 		ranking = g.order[0].protocols
@@ -514,8 +581,8 @@ func (g *Group) validateMember(memberID string, instanceID *string) (*member, in
 			return nil, ErrFencedInstanceID
 		}
 	}
-	m, ok := g.members[memberID]
-	if !ok {
+	m := g.members.get(memberID)
+	if m == nil {
 		return nil, ErrUnknownMemberID
 	}
 	return m, ErrNone

@@ -239,9 +239,9 @@ func (g *Group) guardOnJoin(now time.Time, req *pb.JoinGroupRequest, fx *Effects
 	if g.guard.gen == 0 {
 		return
 	}
-	m := g.members[req.GetMemberId()]
+	m := g.members.get(req.GetMemberId())
 	if m == nil && req.GroupInstanceId != nil {
-		m = g.members[g.static[req.GetGroupInstanceId()]]
+		m = g.members.get(g.static[req.GetGroupInstanceId()])
 	}
 	if m != nil {
 		g.guardRelease(now, m, fx)

@@ -341,7 +341,7 @@ func TestGuardReleaseByLeaveAndExpiry(t *testing.T) {
 				}
 			}
 			h.wantStateOnly(PreparingRebalance)
-			if h.g.members[b.id] != nil {
+			if h.g.members.get(b.id) != nil {
 				t.Fatal("b still a member")
 			}
 			if h.g.guardPending() {

@@ -342,12 +342,12 @@ func (h *harness) stableGroup(n int) []string {
 
 // checkInvariants asserts the structural invariants of a group.
 func checkInvariants(g *Group) error {
-	if len(g.order) != len(g.members) {
-		return fmt.Errorf("order has %d members, map %d", len(g.order), len(g.members))
+	if len(g.order) != g.members.len() {
+		return fmt.Errorf("order has %d members, map %d", len(g.order), g.members.len())
 	}
 	awaiting := 0
 	for _, m := range g.order {
-		if g.members[m.id] != m {
+		if g.members.get(m.id) != m {
 			return fmt.Errorf("member %q not indexed", m.id)
 		}
 		if _, p := g.pending[m.id]; p {
@@ -369,21 +369,21 @@ func checkInvariants(g *Group) error {
 	if awaiting != g.awaitJoin {
 		return fmt.Errorf("awaitJoin=%d, counted %d", g.awaitJoin, awaiting)
 	}
-	if (g.leader == "") != (len(g.members) == 0) {
-		return fmt.Errorf("leader %q with %d members", g.leader, len(g.members))
+	if (g.leader == "") != (g.members.len() == 0) {
+		return fmt.Errorf("leader %q with %d members", g.leader, g.members.len())
 	}
-	if g.leader != "" && g.members[g.leader] == nil {
+	if g.leader != "" && g.members.get(g.leader) == nil {
 		return fmt.Errorf("leader %q is not a member", g.leader)
 	}
 	for inst, id := range g.static {
-		if m := g.members[id]; m == nil || m.instanceID == nil || *m.instanceID != inst {
+		if m := g.members.get(id); m == nil || m.instanceID == nil || *m.instanceID != inst {
 			return fmt.Errorf("static %q maps to %q which does not carry it", inst, id)
 		}
 	}
-	if g.state == Empty && len(g.members) > 0 {
-		return fmt.Errorf("empty group with %d members", len(g.members))
+	if g.state == Empty && g.members.len() > 0 {
+		return fmt.Errorf("empty group with %d members", g.members.len())
 	}
-	if (g.state == Stable || g.state == CompletingRebalance) && len(g.members) == 0 {
+	if (g.state == Stable || g.state == CompletingRebalance) && g.members.len() == 0 {
 		return fmt.Errorf("%v group without members", g.state)
 	}
 	counts := map[string]int{}

@@ -61,7 +61,7 @@ func (h *harness) elapsed() time.Duration { return h.now.Sub(t0) }
 // is when the session ends (the timer re-arms when it fires).
 func (h *harness) deadline(key TimerKey) (time.Duration, bool) {
 	d, ok := h.timers[key]
-	if m := h.g.members[key.Member]; ok && key.Kind == TimerMember && m != nil && m.sessionUntil != 0 {
+	if m := h.g.members.get(key.Member); ok && key.Kind == TimerMember && m != nil && m.sessionUntil != 0 {
 		d = sessionEnd(h.g, m)
 	}
 	return d.Sub(t0), ok

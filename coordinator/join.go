@@ -52,7 +52,7 @@ func (g *Group) Join(now time.Time, req *pb.JoinGroupRequest, newID string, to R
 		return
 	}
 	if !g.acceptJoining(memberID) {
-		if m := g.members[memberID]; m != nil {
+		if m := g.members.get(memberID); m != nil {
 			g.setJoinReply(m, nil, 0)
 			g.removeMember(m, fx)
 		}
@@ -75,14 +75,14 @@ func (g *Group) Join(now time.Time, req *pb.JoinGroupRequest, newID string, to R
 // acceptJoining is Kafka's acceptJoiningMember (group.max.size, KAFKA-9885).
 func (g *Group) acceptJoining(memberID string) bool {
 	limit := g.cfg.maxSize()
-	m := g.members[memberID]
+	m := g.members.get(memberID)
 	switch g.state {
 	case Empty, Dead:
 		return true
 	case PreparingRebalance:
 		return (m != nil && m.joinReply != nil) || g.awaitJoin < limit
 	default:
-		return m != nil || len(g.members) < limit
+		return m != nil || g.members.len() < limit
 	}
 }
 
@@ -176,7 +176,7 @@ func (g *Group) joinResponse(m *member, withMembers, skipAssignment bool) *pb.Jo
 }
 
 func (g *Group) protocolTypeOpt() *string {
-	if g.protocolType == "" && len(g.members) == 0 {
+	if g.protocolType == "" && g.members.len() == 0 {
 		return nil
 	}
 	t := g.protocolType
@@ -197,14 +197,14 @@ func (g *Group) currentMemberMetadata() []*pb.JoinGroupMember {
 
 func newMember(req *pb.JoinGroupRequest, id string, session, rebalance time.Duration) *member {
 	return &member{
-		id:               id,
-		instanceID:       cloneOpt(req.GroupInstanceId),
-		clientID:         req.GetClientId(),
-		clientHost:       req.GetClientHost(),
-		rebalanceTimeout: rebalance,
-		sessionTimeout:   session,
-		protocols:        req.GetProtocols(),
-		isNew:            true,
+		id:          id,
+		instanceID:  cloneOpt(req.GroupInstanceId),
+		clientID:    req.GetClientId(),
+		clientHost:  req.GetClientHost(),
+		rebalanceMs: durationMs(rebalance),
+		sessionMs:   durationMs(session),
+		protocols:   req.GetProtocols(),
+		isNew:       true,
 	}
 }
 
@@ -215,7 +215,7 @@ func (g *Group) addAndRebalance(now time.Time, req *pb.JoinGroupRequest, session
 	if g.state == PreparingRebalance && g.initial.active {
 		g.newMemberAdded = true
 	}
-	if len(g.members) == 0 {
+	if g.members.len() == 0 {
 		g.protocolType = req.GetProtocolType()
 	}
 	g.addMember(m)
@@ -233,7 +233,7 @@ func (g *Group) updateMember(m *member, req *pb.JoinGroupRequest, session, rebal
 		fx.reply(m.joinReply, joinError(m.id, ErrNotCoordinator))
 	}
 	g.setProtocols(m, req.GetProtocols())
-	m.sessionTimeout, m.rebalanceTimeout = session, rebalance
+	m.setTimeouts(session, rebalance)
 	m.clientID, m.clientHost = req.GetClientId(), req.GetClientHost()
 	g.setJoinReply(m, to, req.GetApiVersion())
 }
@@ -257,7 +257,7 @@ func (g *Group) prepareRebalance(now time.Time, fx *Effects) {
 				fx.reply(m.syncReply, syncError(ErrRebalanceInProgress))
 				m.syncReply = nil
 				// Its session timer may have fired while it was parked.
-				g.armSession(m, m.sessionTimeout, fx)
+				g.armSession(m, m.sessionTimeout(), fx)
 			}
 		}
 	}
@@ -330,7 +330,7 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 	if g.state == Dead {
 		return
 	}
-	if !g.electJoinedLeader() && len(g.members) > 0 {
+	if !g.electJoinedLeader() && g.members.len() > 0 {
 		// Only static members that did not re-join remain: wait another
 		// rebalance timeout for them to re-join or expire.
 		d := g.rebalanceTimeout()
@@ -345,8 +345,8 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 	g.generation = max(g.generation, g.floor) + 1
 	g.floor = g.generation
 	// Every member is pending until it syncs: sized once, not grown.
-	g.pendSync = make(map[string]struct{}, len(g.members))
-	if len(g.members) == 0 {
+	g.pendSync = make(map[string]struct{}, g.members.len())
+	if g.members.len() == 0 {
 		g.protocolName = nil
 		g.subscribed, g.subscribedKnown = nil, false
 		g.transition(Empty, now)
@@ -373,7 +373,7 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 			op.replies = append(op.replies, Reply{To: m.joinReply, Msg: resp})
 			g.setJoinReply(m, nil, 0)
 		}
-		g.armSession(m, m.sessionTimeout, fx)
+		g.armSession(m, m.sessionTimeout(), fx)
 		m.isNew = false
 		g.pendSync[m.id] = struct{}{}
 	}
@@ -384,7 +384,7 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 
 // electJoinedLeader is Kafka's maybeElectNewJoinedLeader.
 func (g *Group) electJoinedLeader() bool {
-	l := g.members[g.leader]
+	l := g.members.get(g.leader)
 	if l == nil {
 		return false
 	}
@@ -403,9 +403,9 @@ func (g *Group) electJoinedLeader() bool {
 // replaceStatic handles a JoinGroup with an unknown member id and a known
 // group instance id: a restarted static member takes over its old identity.
 func (g *Group) replaceStatic(now time.Time, req *pb.JoinGroupRequest, session, rebalance time.Duration, oldID, newID string, to ReplyTo, fx *Effects) {
-	m := g.members[oldID]
+	m := g.members.get(oldID)
 	oldLeader := g.leader
-	prev := staticSnapshot{protocols: m.protocols, session: m.sessionTimeout, rebalance: m.rebalanceTimeout, clientID: m.clientID, clientHost: m.clientHost}
+	prev := staticSnapshot{protocols: m.protocols, session: m.sessionTimeout(), rebalance: m.rebalanceTimeout(), clientID: m.clientID, clientHost: m.clientHost}
 	g.renameMember(m, newID, fx)
 	g.armSession(m, session, fx)
 	g.updateMember(m, req, session, rebalance, to, fx)
@@ -437,9 +437,9 @@ func (g *Group) renameMember(m *member, newID string, fx *Effects) {
 	}
 	g.cancelSession(m, fx)
 	g.closeTakeover(oldID)
-	delete(g.members, oldID)
+	g.members.del(oldID)
 	m.id = newID
-	g.members[newID] = m
+	g.members.put(m)
 	if g.leader == oldID {
 		g.leader = newID
 	}
@@ -469,7 +469,7 @@ type staticReplaceWrite struct {
 
 func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effects) {
 	m := w.member
-	if g.members[w.newID] != m {
+	if g.members.get(w.newID) != m {
 		return // removed or renamed again meanwhile; its requests were answered then
 	}
 	if m.joinReply != w.reply {
@@ -481,10 +481,10 @@ func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effect
 		// Revert: the old member id keeps working.
 		g.setJoinReply(m, nil, 0)
 		g.setProtocols(m, w.prev.protocols)
-		m.sessionTimeout, m.rebalanceTimeout = w.prev.session, w.prev.rebalance
+		m.setTimeouts(w.prev.session, w.prev.rebalance)
 		m.clientID, m.clientHost = w.prev.clientID, w.prev.clientHost
 		g.renameMember(m, w.oldID, fx)
-		g.armSession(m, m.sessionTimeout, fx)
+		g.armSession(m, m.sessionTimeout(), fx)
 		fx.reply(w.reply, &pb.JoinGroupResponse{
 			ErrorCode:    groupWriteError(err),
 			GenerationId: g.generation,
@@ -511,7 +511,7 @@ func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effect
 	fx.reply(m.joinReply, resp)
 	g.setJoinReply(m, nil, 0)
 	// Its session timer may have fired while it waited for the write.
-	g.armSession(m, m.sessionTimeout, fx)
+	g.armSession(m, m.sessionTimeout(), fx)
 }
 
 // generationWrite sends the JoinGroup answers of a completed join phase once

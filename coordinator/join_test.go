@@ -185,7 +185,7 @@ func TestJoinV3NewMemberFlow(t *testing.T) {
 				rebalance = 10 * time.Second // the session timeout
 			}
 			h.wantDeadline(syncKey, 3*time.Second+rebalance) // rebalance timeout from join completion
-			if h.g.members["c0-id1"].isNew {
+			if h.g.members.get("c0-id1").isNew {
 				t.Fatal("member still new after join completion")
 			}
 		})
@@ -349,7 +349,7 @@ func TestJoinExistingMemberByState(t *testing.T) {
 		h.wantState(PreparingRebalance, 2, ids...)
 		h.wantNoTimer(syncKey)
 		for _, id := range ids {
-			if h.g.members[id].assignment != nil {
+			if h.g.members.get(id).assignment != nil {
 				t.Fatalf("assignment of %s not cleared", id)
 			}
 		}
@@ -361,8 +361,8 @@ func TestJoinExistingMemberByState(t *testing.T) {
 		second := h.join(&pb.JoinGroupRequest{ClientId: "c0", ApiVersion: 5, MemberId: ids[0], SessionTimeoutMs: 20_000, Protocols: changed})
 		checkMsg(t, "superseded", joinError(ids[0], ErrNotCoordinator), answer[*pb.JoinGroupResponse](h, first))
 		h.wantParked(second)
-		if m := h.g.members[ids[0]]; m.sessionTimeout != 20*time.Second || !m.matches(changed) {
-			t.Fatalf("member not updated: %v %v", m.sessionTimeout, m.protocols)
+		if m := h.g.members.get(ids[0]); m.sessionTimeout() != 20*time.Second || !m.matches(changed) {
+			t.Fatalf("member not updated: %v %v", m.sessionTimeout(), m.protocols)
 		}
 		h.join(&pb.JoinGroupRequest{ClientId: "c1", ApiVersion: 5, MemberId: ids[1]})
 		if r := h.joinOK(second); r.GenerationId != 2 {

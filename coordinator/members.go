@@ -33,7 +33,7 @@ func (g *Group) onMemberTimer(now time.Time, id string, fx *Effects) {
 		g.tryCompleteJoin(now, fx)
 		return
 	}
-	m := g.members[id]
+	m := g.members.get(id)
 	if m != nil && g.sessionGoesOn(now, m, fx) {
 		return
 	}
@@ -66,7 +66,7 @@ func (g *Group) Leave(now time.Time, req *pb.LeaveGroupRequest, to ReplyTo, fx *
 		return
 	}
 	resp := &pb.LeaveGroupResponse{Members: make([]*pb.LeaveGroupMemberResponse, 0, len(req.GetMembers()))}
-	before := len(g.members)
+	before := g.members.len()
 	for _, id := range req.GetMembers() {
 		resp.Members = append(resp.Members, &pb.LeaveGroupMemberResponse{
 			MemberId:        id.GetMemberId(),
@@ -74,7 +74,7 @@ func (g *Group) Leave(now time.Time, req *pb.LeaveGroupRequest, to ReplyTo, fx *
 			ErrorCode:       g.leaveOne(now, id, fx),
 		})
 	}
-	if len(g.members) < before {
+	if g.members.len() < before {
 		op := &replyWrite{reply: to, msg: resp, onError: func(code int32) { resp.ErrorCode = retriableWriteError(code) }}
 		op.groupWrite = true
 		if g.persistMembership(now, fx, op) {
@@ -104,7 +104,7 @@ func (g *Group) leaveOne(now time.Time, id *pb.MemberIdentity, fx *Effects) int3
 		if !ok {
 			return ErrUnknownMemberID
 		}
-		g.removeAndUpdate(now, g.members[mapped], fx)
+		g.removeAndUpdate(now, g.members.get(mapped), fx)
 		return ErrNone
 	}
 	if _, ok := g.pending[memberID]; ok {

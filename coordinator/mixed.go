@@ -52,7 +52,7 @@ func (g *Group) mixedAdmits(protocolType string, protocols []*pb.Protocol) bool 
 // listed by every member.
 func (g *Group) isMixed() bool {
 	return g.cfg.MixedAssignors && g.protocolType == "consumer" && g.protocolName != nil &&
-		g.protoCount[*g.protocolName] < len(g.members)
+		g.protoCount[*g.protocolName] < g.members.len()
 }
 
 // mixedFallback is the protocol of a group where no protocol is common to all
@@ -105,7 +105,7 @@ func (g *Group) memberMetadata(m *member) []byte {
 // mixedLeaderMembers is the member list the client named leader gets in a
 // mixed group: itself only. Its plan is not used; the coordinator assigns.
 func (g *Group) mixedLeaderMembers() []*pb.JoinGroupMember {
-	l := g.members[g.leader]
+	l := g.members.get(g.leader)
 	if l == nil {
 		return []*pb.JoinGroupMember{}
 	}

@@ -72,7 +72,7 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 		fx.reply(to, commitErrors(req, code))
 		return
 	}
-	if m := g.members[req.GetMemberId()]; m != nil && (g.state == Stable || g.state == PreparingRebalance) {
+	if m := g.members.get(req.GetMemberId()); m != nil && (g.state == Stable || g.state == PreparingRebalance) {
 		g.extendSession(now, m, fx)
 	}
 	n := partitionsIn(req)

@@ -73,8 +73,8 @@ func (g *Group) groupRecord(now time.Time, assignments map[string][]byte) *pb.Re
 			GroupInstanceId:    cloneOpt(m.instanceID),
 			ClientId:           m.clientID,
 			ClientHost:         m.clientHost,
-			RebalanceTimeoutMs: durationMs(m.rebalanceTimeout),
-			SessionTimeoutMs:   durationMs(m.sessionTimeout),
+			RebalanceTimeoutMs: durationMs(m.rebalanceTimeout()),
+			SessionTimeoutMs:   durationMs(m.sessionTimeout()),
 			Subscription:       g.memberMetadata(m),
 			Assignment:         a,
 		})

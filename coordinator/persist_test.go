@@ -63,7 +63,7 @@ func TestRestoreStable(t *testing.T) {
 	h.wantDeadline(memberKey("m1"), 20*time.Second)
 	h.wantDeadline(expiryKey, 10*time.Minute)
 	h.wantNoTimer(joinKey)
-	if h.g.members["m0"].isNew || h.g.members["m1"].isNew {
+	if h.g.members.get("m0").isNew || h.g.members.get("m1").isNew {
 		t.Fatal("restored members are new")
 	}
 	if len(h.written) != 0 {
@@ -251,7 +251,7 @@ func TestAssignmentWriteFailureMapping(t *testing.T) {
 			checkMsg(t, "follower", syncError(tc.want), answer[*pb.SyncGroupResponse](h, s[lb]))
 			h.wantState(PreparingRebalance, 1, la, lb)
 			for _, id := range []string{la, lb} {
-				if h.g.members[id].assignment != nil {
+				if h.g.members.get(id).assignment != nil {
 					t.Fatal("assignment kept after failed write")
 				}
 			}

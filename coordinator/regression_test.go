@@ -45,7 +45,7 @@ func TestKafka9232NewMemberTimeoutDoesNotOutliveJoin(t *testing.T) {
 			h.wantState(Stable, 1, ids...)
 			var inst [2]*string
 			for i, id := range ids {
-				inst[i] = cloneOpt(h.g.members[id].instanceID)
+				inst[i] = cloneOpt(h.g.members.get(id).instanceID)
 			}
 			for h.elapsed() < 10*time.Minute {
 				h.advance(3 * time.Second)

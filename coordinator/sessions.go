@@ -37,15 +37,15 @@ func (g *Group) cancelSession(m *member, fx *Effects) {
 // armSession, but without touching the timer when one is armed earlier.
 func (g *Group) extendSession(now time.Time, m *member, fx *Effects) {
 	if eagerSessions {
-		g.armSession(m, m.sessionTimeout, fx)
+		g.armSession(m, m.sessionTimeout(), fx)
 		return
 	}
-	until := g.sinceEpoch(now) + int64(m.sessionTimeout)
+	until := g.sinceEpoch(now) + int64(m.sessionTimeout())
 	if m.sessionUntil != 0 && until >= m.sessionUntil {
 		m.sessionUntil = until
 		return
 	}
-	fx.arm(TimerMember, m.id, m.sessionTimeout)
+	fx.arm(TimerMember, m.id, m.sessionTimeout())
 	m.sessionUntil = until
 }
 

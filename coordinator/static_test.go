@@ -165,9 +165,9 @@ func TestStaticReplacementRevertOnWriteFailure(t *testing.T) {
 			checkMsg(t, "answer", &pb.JoinGroupResponse{ErrorCode: tc.want, GenerationId: 1, ProtocolType: strp("consumer"), ProtocolName: strp("range"), Leader: ids[0]},
 				answer[*pb.JoinGroupResponse](h, hd))
 			h.wantState(Stable, 1, ids...)
-			m := h.g.members[ids[0]]
-			if h.g.Leader() != ids[0] || m.sessionTimeout != 10*time.Second || string(m.metadata("range")) != string(consumerMeta("ia")) {
-				t.Fatalf("not reverted: leader %q session %v", h.g.Leader(), m.sessionTimeout)
+			m := h.g.members.get(ids[0])
+			if h.g.Leader() != ids[0] || m.sessionTimeout() != 10*time.Second || string(m.metadata("range")) != string(consumerMeta("ia")) {
+				t.Fatalf("not reverted: leader %q session %v", h.g.Leader(), m.sessionTimeout())
 			}
 			h.wantDeadline(memberKey(ids[0]), h.elapsed()+10*time.Second)
 			h.wantNoTimer(memberKey(fmt.Sprintf("ia-id%d", h.ids)))

@@ -31,7 +31,7 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		fx.reply(to, syncError(ErrIllegalGeneration))
 		return
 	}
-	if req.ProtocolType != nil && (len(g.members) == 0 || req.GetProtocolType() != g.protocolType) {
+	if req.ProtocolType != nil && (g.members.len() == 0 || req.GetProtocolType() != g.protocolType) {
 		fx.reply(to, syncError(ErrInconsistentGroupProto))
 		return
 	}
@@ -56,7 +56,7 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 	case Stable:
 		g.removePendingSync(m.id, fx)
 		g.closeTakeover(m.id)
-		g.armSession(m, m.sessionTimeout, fx)
+		g.armSession(m, m.sessionTimeout(), fx)
 		fx.reply(to, g.syncResponse(m))
 		g.guardAnswered(m)
 	default: // Empty (unreachable: the member check fails first)
@@ -78,7 +78,7 @@ func (g *Group) syncResponse(m *member) *pb.SyncGroupResponse {
 func (g *Group) storeAssignment(now time.Time, assignments []*pb.SyncGroupAssignment, fx *Effects) {
 	byMember := make(map[string][]byte, len(assignments))
 	for _, a := range assignments {
-		if _, ok := g.members[a.GetMemberId()]; ok {
+		if g.members.get(a.GetMemberId()) != nil {
 			// An empty assignment decodes as nil; keep it empty, not absent.
 			byMember[a.GetMemberId()] = append([]byte{}, a.GetAssignment()...)
 		}
@@ -115,7 +115,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 			if m.syncReply != nil {
 				fx.reply(m.syncReply, syncError(code))
 				m.syncReply = nil
-				g.armSession(m, m.sessionTimeout, fx)
+				g.armSession(m, m.sessionTimeout(), fx)
 			}
 		}
 		g.prepareRebalance(now, fx)
@@ -127,7 +127,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 			fx.reply(m.syncReply, g.syncResponse(m))
 			g.guardAnswered(m)
 			m.syncReply = nil
-			g.armSession(m, m.sessionTimeout, fx)
+			g.armSession(m, m.sessionTimeout(), fx)
 		}
 	}
 	g.transition(Stable, now)

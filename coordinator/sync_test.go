@@ -134,7 +134,7 @@ func TestSyncEmptyAssignmentEntry(t *testing.T) {
 	ia, ib := h.joinOK(a).MemberId, h.joinOK(b).MemberId
 	h.sync(&pb.SyncGroupRequest{MemberId: ia, GenerationId: 1, Assignments: []*pb.SyncGroupAssignment{{MemberId: ia, Assignment: []byte("A")}, {MemberId: ib, Assignment: nil}}})
 	h.wantState(Stable, 1, ia, ib)
-	if h.g.members[ib].assignment == nil {
+	if h.g.members.get(ib).assignment == nil {
 		t.Fatal("nil assignment stored")
 	}
 	checkMsg(t, "follower", &pb.SyncGroupResponse{ProtocolType: strp("consumer"), ProtocolName: strp("range"), Assignment: []byte{}},
