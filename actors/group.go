@@ -2,6 +2,7 @@ package actors
 
 import (
 	"cmp"
+	"context"
 	"log/slog"
 	"slices"
 	"time"
@@ -379,8 +380,9 @@ func (a *groupActor) stopTimers() {
 
 func (a *groupActor) publishSummary(ctx actor.Context) {
 	s := groupSummary{id: a.id, state: a.g.State(), protocolType: a.g.ProtocolType()}
-	if s.state != a.summary.state {
-		// Every new generation passes through a state change.
+	if s.state != a.summary.state && a.env.log.Enabled(context.Background(), slog.LevelDebug) {
+		// Every new generation passes through a state change. (Unchecked,
+		// boxing the values would cost allocations on each.)
 		a.env.log.Debug("group state", slog.String("group", a.id), slog.String("state", s.state.String()), slog.Int("generation", int(a.g.Generation())), slog.Int("members", a.g.NumMembers()))
 	}
 	if s != a.summary {

@@ -364,13 +364,12 @@ func (a *groupActor) publishView() {
 		o.mu.Unlock()
 		return
 	}
-	d := a.g.Describe()
-	view := GroupView{MemberCount: n, ID: a.id, State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: d.GetProtocolData(), Generation: gen}
+	view := GroupView{MemberCount: n, ID: a.id, State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: a.g.ProtocolName(), Generation: gen}
 	var done *Rebalance
 	if t.rebalancing && (st == coordinator.Stable || st == coordinator.Empty) {
 		t.rebalancing = false
 		r := Rebalance{Generation: gen, State: st.String(), Cause: t.startCause, Started: t.started, Completed: now}
-		cur := baselineOf(d)
+		cur := baselineOf(a.g)
 		r.Joined, r.Left = diffMembers(t.last, cur)
 		r.Moved = moves(t.last, cur)
 		t.last = cur
@@ -379,7 +378,7 @@ func (a *groupActor) publishView() {
 		o.durations.WithLabelValues(r.Cause).Observe(r.Duration().Seconds())
 	}
 	if !t.seen && !inRebalance {
-		t.last = baselineOf(d) // loaded: the generation it had is the baseline
+		t.last = baselineOf(a.g) // loaded: the generation it had is the baseline
 	}
 	t.seen, t.state, t.generation, t.members = true, st, gen, n
 	o.mu.Lock()
@@ -413,14 +412,27 @@ func membersOf(d *pb.DescribeGroupResponse) []MemberView {
 	return out
 }
 
-// baselineOf is what the next diff needs of a DescribeGroups answer's
-// members (membersOf's ids and consumer-protocol assignments, in its order).
-func baselineOf(d *pb.DescribeGroupResponse) []memberAssignment {
-	ms := membersOf(d)
-	out := make([]memberAssignment, len(ms))
-	for i, m := range ms {
-		out[i] = memberAssignment{id: m.MemberID, assignment: m.assignment}
+// baselineOf is what the next diff needs of g's members: their ids and
+// consumer-protocol assignments as a DescribeGroups answer has them
+// (assignments only while Stable), sorted by id. It reads them from the
+// group without building that answer: it runs on every rebalance.
+func baselineOf(g *coordinator.Group) []memberAssignment {
+	out := make([]memberAssignment, 0, g.NumMembers())
+	consumer := g.ProtocolType() == "consumer"
+	g.StableAssignments(func(id string, assignment []byte) {
+		m := memberAssignment{id: id}
+		if consumer && len(assignment) > 0 {
+			m.assignment = assignment
+		}
+		out = append(out, m)
+	})
+	if len(out) == 0 {
+		// Not Stable: the members without assignments.
+		for _, id := range g.MemberIDs() {
+			out = append(out, memberAssignment{id: id})
+		}
 	}
+	slices.SortFunc(out, func(a, b memberAssignment) int { return cmp.Compare(a.id, b.id) })
 	return out
 }
 

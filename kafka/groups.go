@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -111,7 +112,9 @@ func (l *Listener) prepareJoin(r *request, req *kmsg.JoinGroupRequest) (*grouppb
 	if l.onJoin != nil {
 		l.onJoin(r.clientID, r.version)
 	}
-	l.log.Debug("join group", "group", req.Group, "version", r.version, "client_id", r.clientID, "member_id", req.MemberID)
+	if l.log.Enabled(context.Background(), slog.LevelDebug) { // boxing the values costs allocations on every join
+		l.log.Debug("join group", "group", req.Group, "version", r.version, "client_id", r.clientID, "member_id", req.MemberID)
+	}
 	rebalance := req.RebalanceTimeoutMillis
 	if r.version == 0 {
 		rebalance = req.SessionTimeoutMillis
