@@ -412,10 +412,11 @@ func membersOf(d *pb.DescribeGroupResponse) []MemberView {
 	return out
 }
 
-// baselineOf is what the next diff needs of g's members: their ids and
-// consumer-protocol assignments as a DescribeGroups answer has them
-// (assignments only while Stable), sorted by id. It reads them from the
-// group without building that answer: it runs on every rebalance.
+// baselineOf is what the next diff needs of g's members, which publishView
+// asks for only once g is Stable or Empty (no members): their ids and
+// consumer-protocol assignments, sorted by id. It reads them from the group
+// rather than from a DescribeGroups answer, which would build a message
+// per member on every rebalance.
 func baselineOf(g *coordinator.Group) []memberAssignment {
 	out := make([]memberAssignment, 0, g.NumMembers())
 	consumer := g.ProtocolType() == "consumer"
@@ -426,12 +427,6 @@ func baselineOf(g *coordinator.Group) []memberAssignment {
 		}
 		out = append(out, m)
 	})
-	if len(out) == 0 {
-		// Not Stable: the members without assignments.
-		for _, id := range g.MemberIDs() {
-			out = append(out, memberAssignment{id: id})
-		}
-	}
 	slices.SortFunc(out, func(a, b memberAssignment) int { return cmp.Compare(a.id, b.id) })
 	return out
 }

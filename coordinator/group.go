@@ -79,9 +79,9 @@ func (m *member) setTimeouts(session, rebalance time.Duration) {
 
 // memberIndex is a group's members sorted by id; a lookup is a binary
 // search. It costs a pointer per member where a map cost about 50 bytes
-// (every idle member of every group pays it), and a join or a leave moves
-// at most the group's pointers, which is little next to the rebalance it
-// starts.
+// (every idle member of every group pays it). A join or a leave moves at
+// most the group's pointers (80 KB at 10,000 members), little next to the
+// rebalance it starts, which writes every member's record.
 type memberIndex struct{ byID []*member }
 
 func (x *memberIndex) find(id string) (int, bool) {
