@@ -402,14 +402,20 @@ func (a *groupActor) publishView() {
 func membersOf(d *pb.DescribeGroupResponse) []MemberView {
 	out := make([]MemberView, 0, len(d.GetMembers()))
 	for _, m := range d.GetMembers() {
-		mv := MemberView{MemberID: m.GetMemberId(), InstanceID: m.GetGroupInstanceId(), ClientID: m.GetClientId(), ClientHost: m.GetClientHost()}
-		if d.GetProtocolType() == "consumer" && len(m.GetAssignment()) > 0 {
-			mv.assignment = m.GetAssignment()
-		}
-		out = append(out, mv)
+		out = append(out, MemberView{MemberID: m.GetMemberId(), InstanceID: m.GetGroupInstanceId(), ClientID: m.GetClientId(), ClientHost: m.GetClientHost(),
+			assignment: consumerAssignment(d.GetProtocolType(), m.GetAssignment())})
 	}
 	slices.SortFunc(out, func(a, b MemberView) int { return cmp.Compare(a.MemberID, b.MemberID) })
 	return out
+}
+
+// consumerAssignment is a member's assignment as the views keep it: the
+// consumer protocol's, nil for other protocols and for none.
+func consumerAssignment(protocolType string, assignment []byte) []byte {
+	if protocolType != "consumer" || len(assignment) == 0 {
+		return nil
+	}
+	return assignment
 }
 
 // baselineOf is what the next diff needs of g's members, which publishView
@@ -419,13 +425,9 @@ func membersOf(d *pb.DescribeGroupResponse) []MemberView {
 // per member on every rebalance.
 func baselineOf(g *coordinator.Group) []memberAssignment {
 	out := make([]memberAssignment, 0, g.NumMembers())
-	consumer := g.ProtocolType() == "consumer"
+	protocolType := g.ProtocolType()
 	g.StableAssignments(func(id string, assignment []byte) {
-		m := memberAssignment{id: id}
-		if consumer && len(assignment) > 0 {
-			m.assignment = assignment
-		}
-		out = append(out, m)
+		out = append(out, memberAssignment{id: id, assignment: consumerAssignment(protocolType, assignment)})
 	})
 	slices.SortFunc(out, func(a, b memberAssignment) int { return cmp.Compare(a.id, b.id) })
 	return out

@@ -107,8 +107,10 @@ func memberHash(id string) uint64 {
 }
 
 // find returns the position of the member with id, or where one would go.
-func (x *memberIndex) find(id string) (int, bool) {
-	h := memberHash(id)
+func (x *memberIndex) find(id string) (int, bool) { return x.search(memberHash(id), id) }
+
+// search is find for an id whose hash is h.
+func (x *memberIndex) search(h uint64, id string) (int, bool) {
 	lo, hi := 0, len(x.byHash)
 	for lo < hi {
 		if mid := int(uint(lo+hi) >> 1); x.byHash[mid].hash < h {
@@ -135,12 +137,13 @@ func (x *memberIndex) get(id string) *member {
 
 // put adds m under its id, replacing a member with the same id.
 func (x *memberIndex) put(m *member) {
-	i, ok := x.find(m.id)
+	h := memberHash(m.id)
+	i, ok := x.search(h, m.id)
 	if ok {
 		x.byHash[i].m = m
 		return
 	}
-	x.byHash = slices.Insert(x.byHash, i, indexEntry{memberHash(m.id), m})
+	x.byHash = slices.Insert(x.byHash, i, indexEntry{h, m})
 }
 
 func (x *memberIndex) del(id string) {

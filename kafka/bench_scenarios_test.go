@@ -302,20 +302,14 @@ func BenchmarkConnMemory(b *testing.B) {
 				conns := idleConns(b, s.addr, n)
 				s.ask("gc", "GC")
 				fresh += (float64(s.rss()) - rss0) / float64(n)
-				for _, c := range conns {
-					c.close()
-				}
-				time.Sleep(memSettle) // the server closes its side
+				closeIdle(conns)
 				// Collected but not returned, as between a deploy's
 				// disconnects and reconnects.
 				s.ask("gc", "GC")
 				conns = idleConns(b, s.addr, n)
 				s.ask("gc", "GC")
 				reused += (float64(s.rss()) - rss0) / float64(n)
-				for _, c := range conns {
-					c.close()
-				}
-				time.Sleep(memSettle)
+				closeIdle(conns)
 			}
 			b.ReportMetric(fresh/float64(b.N), "rss-B/conn-fresh")
 			b.ReportMetric(reused/float64(b.N), "rss-B/conn")
@@ -323,6 +317,14 @@ func BenchmarkConnMemory(b *testing.B) {
 		})
 		s.stop()
 	}
+}
+
+// closeIdle closes conns and gives the server time to close its side.
+func closeIdle(conns []*pconn) {
+	for _, c := range conns {
+		c.close()
+	}
+	time.Sleep(memSettle)
 }
 
 // idleConns opens n connections to addr, each answered an ApiVersions and a
