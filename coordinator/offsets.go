@@ -11,7 +11,7 @@ import (
 )
 
 func commitErrors(req *pb.OffsetCommitRequest, code int32) *pb.OffsetCommitResponse {
-	return commitAnswer(req, partitionsIn(req), code)
+	return commitAnswer(req, partitionsIn(req), code, nil)
 }
 
 // partitionsIn counts the partitions a commit names.
@@ -23,8 +23,19 @@ func partitionsIn(req *pb.OffsetCommitRequest) int {
 	return n
 }
 
-// commitAnswer is commitErrors for a commit of n partitions.
-func commitAnswer(req *pb.OffsetCommitRequest, n int, code int32) *pb.OffsetCommitResponse {
+// oneAnswer holds every message of the answer to a commit of one partition.
+type oneAnswer struct {
+	resp pb.OffsetCommitResponse
+	te   [1]pb.TopicPartitionErrors
+	pe   [1]pb.PartitionError
+	tp   [1]*pb.TopicPartitionErrors
+	pp   [1]*pb.PartitionError
+}
+
+// commitAnswer is commitErrors for a commit of n partitions. The answer to a
+// commit of one partition is built in one, or in a block of its own when one
+// is nil.
+func commitAnswer(req *pb.OffsetCommitRequest, n int, code int32, one *oneAnswer) *pb.OffsetCommitResponse {
 	topics := req.GetTopics()
 	// The answer's messages are allocated together: one block for the
 	// usual commit of one partition, one array per kind otherwise.
@@ -36,13 +47,10 @@ func commitAnswer(req *pb.OffsetCommitRequest, n int, code int32) *pb.OffsetComm
 		pptrs []*pb.PartitionError
 	)
 	if len(topics) == 1 && n == 1 {
-		b := &struct {
-			resp pb.OffsetCommitResponse
-			te   [1]pb.TopicPartitionErrors
-			pe   [1]pb.PartitionError
-			tp   [1]*pb.TopicPartitionErrors
-			pp   [1]*pb.PartitionError
-		}{}
+		b := one
+		if b == nil {
+			b = new(oneAnswer)
+		}
 		resp, tes, pes, tptrs, pptrs = &b.resp, b.te[:], b.pe[:], b.tp[:0], b.pp[:0]
 	} else {
 		resp = &pb.OffsetCommitResponse{}
@@ -76,17 +84,19 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 		g.extendSession(now, m, fx)
 	}
 	n := partitionsIn(req)
-	resp := commitAnswer(req, n, ErrNone)
+	// A commit's records and their wrappers are allocated together, in the
+	// write itself for the usual commit of one partition, and so is its
+	// answer. Each offset is an allocation of its own: the leader's store
+	// keeps it as the committed offset, and it must not keep the rest of the
+	// write alive.
+	op := &commitWrite{reply: to}
+	resp := commitAnswer(req, n, ErrNone, &op.answer)
+	op.resp = resp
 	nowMs := now.UnixMilli()
 	expireMs := int64(-1)
 	if r := req.GetRetentionTimeMs(); r > 0 {
 		expireMs = nowMs + r
 	}
-	// A commit's records and their wrappers are allocated together, in the
-	// write itself for the usual commit of one partition. Each offset is an
-	// allocation of its own: the leader's store keeps it as the committed
-	// offset, and it must not keep the rest of the write alive.
-	op := &commitWrite{resp: resp, reply: to}
 	var records []pb.Record
 	var kinds []pb.Record_Offset
 	var recs []*pb.Record
@@ -174,7 +184,8 @@ type commitWrite struct {
 	reply   ReplyTo
 	written []writtenOffset
 	fence   pb.WriteFence
-	// The lists of a one-partition commit.
+	// The lists and the answer of a one-partition commit.
+	answer oneAnswer
 	one    [1]writtenOffset
 	rec    [1]*pb.Record
 	record [1]pb.Record

@@ -76,6 +76,8 @@ type conn struct {
 	hbNative  *grouppb.HeartbeatRequest // nil after a call that did not return
 	hbAnswer  kmsg.HeartbeatResponse
 
+	commits commitStrings // the strings of the reader's last decoded commit
+
 	expiry *time.Timer // the writer's deadline for asynchronous answers
 
 	// tls is the connection's TLS state once its handshake completed; nil
@@ -409,12 +411,19 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		}
 		body = c.tags.src
 	}
-	if borrowed && !inline {
-		body = bytes.Clone(body)
+	// A well-formed inline heartbeat, and the usual commit, are decoded
+	// without kmsg (same fields, fewer copies, and no copy of the frame).
+	decoded := false
+	switch {
+	case inline:
+		decoded = decodeHeartbeat(body, h.version, &c.hb, c.l.groupIDs, &c.hbStrings)
+	case slot != nil:
+		decoded = decodeCommit(body, h.version, &slot.kreq, &slot.parts, c.l.groupIDs, &c.commits)
 	}
-	// A well-formed inline heartbeat is decoded without kmsg (same fields,
-	// fewer copies).
-	if !inline || !decodeHeartbeat(body, h.version, &c.hb, c.l.groupIDs, &c.hbStrings) {
+	if !decoded {
+		if borrowed && !inline {
+			body = bytes.Clone(body)
+		}
 		if err := kreq.ReadFrom(body); err != nil {
 			return fmt.Errorf("%w: decode %s v%d: %v", errBadInput, kmsg.NameForKey(h.key), h.version, err)
 		}
@@ -499,7 +508,11 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 	if asyncBound > 0 {
 		timeout = asyncBound
 	}
-	p.r, p.call, p.request, p.deadline, p.done = r, a, n, time.Now().Add(timeout), make(chan struct{})
+	now := time.Now()
+	if c.l.metrics != nil {
+		p.start = now // enqueue's clock reading, made once
+	}
+	p.r, p.call, p.request, p.deadline, p.done = r, a, n, now.Add(timeout), make(chan struct{})
 	if err := c.enqueue(p); err != nil {
 		return err
 	}
@@ -515,9 +528,10 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 // expired slot, never to a returned one, as the groups answer each request
 // once (the coordinator's harness fails a machine that answers twice).
 type commitSlot struct {
-	p    pending
-	kreq kmsg.OffsetCommitRequest
-	one  commitOne
+	p     pending
+	kreq  kmsg.OffsetCommitRequest
+	parts commitParts
+	one   commitOne
 }
 
 var commitSlots = sync.Pool{New: func() any { return new(commitSlot) }}
@@ -697,7 +711,7 @@ func (c *conn) enqueue(p *pending) error {
 	case p.done == nil:
 		p.done = answered
 	}
-	if c.l.metrics != nil {
+	if c.l.metrics != nil && p.start.IsZero() {
 		p.start = time.Now()
 	}
 	c.wmu.Lock()

@@ -22,19 +22,19 @@ type heartbeatStrings struct {
 // holds what kmsg's ReadFrom decodes from the same bytes.
 func decodeHeartbeat(body []byte, version int16, hb *kmsg.HeartbeatRequest, ids GroupIDs, last *heartbeatStrings) bool {
 	flexible := version >= 4
-	group, rest, ok := heartbeatString(body, flexible)
+	group, rest, ok := wireString(body, flexible)
 	if !ok || len(rest) < 4 {
 		return false
 	}
 	gen := int32(binary.BigEndian.Uint32(rest))
-	member, rest, ok := heartbeatString(rest[4:], flexible)
+	member, rest, ok := wireString(rest[4:], flexible)
 	if !ok {
 		return false
 	}
 	var instance []byte
 	hasInstance := false
 	if version >= 3 {
-		if instance, rest, hasInstance, ok = heartbeatNullable(rest, flexible); !ok {
+		if instance, rest, hasInstance, ok = wireNullable(rest, flexible); !ok {
 			return false
 		}
 	}
@@ -75,15 +75,15 @@ func reuse(last *string, b []byte) string {
 	return *last
 }
 
-// heartbeatString reads a non-null string: int16 length, or for flexible
+// wireString reads a non-null string: int16 length, or for flexible
 // versions an unsigned varint of length+1 that fits one byte.
-func heartbeatString(b []byte, flexible bool) (s, rest []byte, ok bool) {
-	s, rest, present, ok := heartbeatNullable(b, flexible)
+func wireString(b []byte, flexible bool) (s, rest []byte, ok bool) {
+	s, rest, present, ok := wireNullable(b, flexible)
 	return s, rest, ok && present
 }
 
-// heartbeatNullable reads a nullable string; present is false for null.
-func heartbeatNullable(b []byte, flexible bool) (s, rest []byte, present, ok bool) {
+// wireNullable reads a nullable string; present is false for null.
+func wireNullable(b []byte, flexible bool) (s, rest []byte, present, ok bool) {
 	var n int
 	if flexible {
 		if len(b) < 1 || b[0] >= 0x80 { // long strings take kmsg's path
