@@ -42,16 +42,7 @@ func decodeCommit(body []byte, version int16, req *kmsg.OffsetCommitRequest, par
 	var member, instance []byte
 	hasInstance := false
 	if version >= 1 {
-		if len(rest) < 4 {
-			return false
-		}
-		gen = int32(binary.BigEndian.Uint32(rest))
-		if member, rest, ok = wireString(rest[4:], flexible); !ok {
-			return false
-		}
-	}
-	if version >= 7 {
-		if instance, rest, hasInstance, ok = wireNullable(rest, flexible); !ok {
+		if gen, member, instance, hasInstance, rest, ok = wireMember(rest, flexible, version >= 7); !ok {
 			return false
 		}
 	}
@@ -73,23 +64,24 @@ func decodeCommit(body []byte, version int16, req *kmsg.OffsetCommitRequest, par
 		return false
 	}
 	p := kmsg.NewOffsetCommitRequestTopicPartition()
-	fixed := 12 // partition and offset, then the timestamp in v1 or the leader epoch from v6
+	extra := 0 // after the partition and offset: the timestamp in v1, the leader epoch from v6
 	switch {
 	case version == 1:
-		fixed += 8
+		extra = 8
 	case version >= 6:
-		fixed += 4
+		extra = 4
 	}
-	if len(rest) < fixed {
+	if len(rest) < 12+extra {
 		return false
 	}
-	p.Partition, p.Offset, rest = int32(binary.BigEndian.Uint32(rest)), int64(binary.BigEndian.Uint64(rest[4:])), rest[12:]
-	switch {
-	case version == 1:
-		p.Timestamp, rest = int64(binary.BigEndian.Uint64(rest)), rest[8:]
-	case version >= 6:
-		p.LeaderEpoch, rest = int32(binary.BigEndian.Uint32(rest)), rest[4:]
+	p.Partition, p.Offset = int32(binary.BigEndian.Uint32(rest)), int64(binary.BigEndian.Uint64(rest[4:]))
+	switch extra {
+	case 8:
+		p.Timestamp = int64(binary.BigEndian.Uint64(rest[12:]))
+	case 4:
+		p.LeaderEpoch = int32(binary.BigEndian.Uint32(rest[12:]))
 	}
+	rest = rest[12+extra:]
 	meta, rest, hasMeta, ok := wireNullable(rest, flexible)
 	if !ok {
 		return false
@@ -103,12 +95,7 @@ func decodeCommit(body []byte, version int16, req *kmsg.OffsetCommitRequest, par
 	if len(rest) != 0 {
 		return false
 	}
-	*req = kmsg.OffsetCommitRequest{Version: version, Generation: gen, RetentionTimeMillis: retention}
-	if id, held := groupID(ids, group); held {
-		req.Group = id
-	} else {
-		req.Group = string(group)
-	}
+	*req = kmsg.OffsetCommitRequest{Version: version, Group: groupID(ids, group), Generation: gen, RetentionTimeMillis: retention}
 	if version >= 1 {
 		req.MemberID = reuse(&last.member, member)
 	}

@@ -23,20 +23,12 @@ type heartbeatStrings struct {
 func decodeHeartbeat(body []byte, version int16, hb *kmsg.HeartbeatRequest, ids GroupIDs, last *heartbeatStrings) bool {
 	flexible := version >= 4
 	group, rest, ok := wireString(body, flexible)
-	if !ok || len(rest) < 4 {
-		return false
-	}
-	gen := int32(binary.BigEndian.Uint32(rest))
-	member, rest, ok := wireString(rest[4:], flexible)
 	if !ok {
 		return false
 	}
-	var instance []byte
-	hasInstance := false
-	if version >= 3 {
-		if instance, rest, hasInstance, ok = wireNullable(rest, flexible); !ok {
-			return false
-		}
+	gen, member, instance, hasInstance, rest, ok := wireMember(rest, flexible, version >= 3)
+	if !ok {
+		return false
 	}
 	if flexible {
 		if len(rest) == 0 || rest[0] != 0 { // tagged fields: kmsg keeps them
@@ -47,12 +39,7 @@ func decodeHeartbeat(body []byte, version int16, hb *kmsg.HeartbeatRequest, ids 
 	if len(rest) != 0 {
 		return false
 	}
-	*hb = kmsg.HeartbeatRequest{Version: version, Generation: gen, MemberID: reuse(&last.member, member)}
-	if id, held := groupID(ids, group); held {
-		hb.Group = id
-	} else {
-		hb.Group = string(group)
-	}
+	*hb = kmsg.HeartbeatRequest{Version: version, Group: groupID(ids, group), Generation: gen, MemberID: reuse(&last.member, member)}
 	if hasInstance {
 		s := reuse(&last.instance, instance)
 		hb.InstanceID = &s
@@ -60,11 +47,29 @@ func decodeHeartbeat(body []byte, version int16, hb *kmsg.HeartbeatRequest, ids 
 	return true
 }
 
-func groupID(ids GroupIDs, b []byte) (string, bool) {
-	if ids == nil {
-		return "", false
+// groupID returns b as a string: the held group's id when ids holds it, else
+// a copy.
+func groupID(ids GroupIDs, b []byte) string {
+	if ids != nil {
+		if id, held := ids.GroupID(b); held {
+			return id
+		}
 	}
-	return ids.GroupID(b)
+	return string(b)
+}
+
+// wireMember reads the generation, the member id and, when withInstance, the
+// nullable instance id that follow a group id in Heartbeat and OffsetCommit.
+func wireMember(b []byte, flexible, withInstance bool) (gen int32, member, instance []byte, hasInstance bool, rest []byte, ok bool) {
+	if len(b) < 4 {
+		return 0, nil, nil, false, nil, false
+	}
+	gen = int32(binary.BigEndian.Uint32(b))
+	if member, rest, ok = wireString(b[4:], flexible); !ok || !withInstance {
+		return gen, member, nil, false, rest, ok
+	}
+	instance, rest, hasInstance, ok = wireNullable(rest, flexible)
+	return gen, member, instance, hasInstance, rest, ok
 }
 
 // reuse returns b as a string: *last when equal, else a new one kept there.

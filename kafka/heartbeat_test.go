@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -87,15 +88,21 @@ func TestDecodeHeartbeatMatchesKmsg(t *testing.T) {
 			if got := checkHeartbeatDecode(t, body, v, ids); got != want {
 				t.Errorf("%s v%d: decoded by hand %v, want %v", c.name, v, got, want)
 			}
-			// Bytes after the body, and every truncation, go to kmsg.
-			if checkHeartbeatDecode(t, append(body, 0), v, ids) {
-				t.Errorf("%s v%d: trailing byte decoded by hand", c.name, v)
-			}
-			for n := range body {
-				if checkHeartbeatDecode(t, body[:n], v, ids) {
-					t.Errorf("%s v%d: %d of %d bytes decoded by hand", c.name, v, n, len(body))
-				}
-			}
+			refusesDamaged(t, c.name, v, body, func(b []byte) bool { return checkHeartbeatDecode(t, b, v, ids) })
+		}
+	}
+}
+
+// refusesDamaged fails unless decodes, a hand decoder's check, leaves to kmsg
+// body with a byte after it and every truncation of body.
+func refusesDamaged(t *testing.T, name string, v int16, body []byte, decodes func([]byte) bool) {
+	t.Helper()
+	if decodes(append(bytes.Clone(body), 0)) {
+		t.Errorf("%s v%d: trailing byte decoded by hand", name, v)
+	}
+	for n := range body {
+		if decodes(body[:n]) {
+			t.Errorf("%s v%d: %d of %d bytes decoded by hand", name, v, n, len(body))
 		}
 	}
 }
