@@ -257,8 +257,7 @@ type Group struct {
 	subscribed      map[string]struct{}
 	subscribedKnown bool
 
-	offsets        map[topicPartition]offsetEntry
-	pendingCommits map[topicPartition]int
+	offsets map[topicPartition]offsetEntry
 
 	// takeover holds, per restored member, the end of its takeover window
 	// (takeover.go); covered caches the partitions the current generation's
@@ -281,17 +280,16 @@ type Group struct {
 // New returns an Empty group at generation 0.
 func New(id string, cfg *Config, now time.Time) *Group {
 	return &Group{
-		id:             id,
-		cfg:            cfg,
-		epoch:          now,
-		state:          Empty,
-		stateTime:      now,
-		static:         map[string]string{},
-		pending:        map[string]struct{}{},
-		protoCount:     map[string]int{},
-		offsets:        map[topicPartition]offsetEntry{},
-		pendingCommits: map[topicPartition]int{},
-		inflight:       map[uint64]persistOp{},
+		id:         id,
+		cfg:        cfg,
+		epoch:      now,
+		state:      Empty,
+		stateTime:  now,
+		static:     map[string]string{},
+		pending:    map[string]struct{}{},
+		protoCount: map[string]int{},
+		offsets:    map[topicPartition]offsetEntry{},
+		inflight:   map[uint64]persistOp{},
 	}
 }
 

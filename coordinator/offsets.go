@@ -32,6 +32,28 @@ type oneAnswer struct {
 	pp   [1]*pb.PartitionError
 }
 
+// CommitAnswer is room for the answer to a commit of one partition.
+type CommitAnswer struct{ a oneAnswer }
+
+// AnswerRoom is implemented by a ReplyTo that holds room for the answer to
+// the usual commit of one partition (the Kafka listener's pooled commit
+// block): the answer is built there rather than allocated. The room must
+// stay the caller's, untouched, from the commit until the answer has been
+// delivered to it and read; nil: no room.
+type AnswerRoom interface {
+	CommitAnswerRoom() *CommitAnswer
+}
+
+// answerRoom is to's room for a one-partition commit's answer, or nil.
+func answerRoom(to ReplyTo) *oneAnswer {
+	if r, ok := to.(AnswerRoom); ok {
+		if room := r.CommitAnswerRoom(); room != nil {
+			return &room.a
+		}
+	}
+	return nil
+}
+
 // commitAnswer is commitErrors for a commit of n partitions. The answer to a
 // commit of one partition is built in one, or in a block of its own when one
 // is nil.
@@ -50,6 +72,8 @@ func commitAnswer(req *pb.OffsetCommitRequest, n int, code int32, one *oneAnswer
 		b := one
 		if b == nil {
 			b = new(oneAnswer)
+		} else {
+			*b = oneAnswer{} // a reused room may hold an earlier answer
 		}
 		resp, tes, pes, tptrs, pptrs = &b.resp, b.te[:], b.pe[:], b.tp[:0], b.pp[:0]
 	} else {
@@ -90,7 +114,7 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 	// keeps it as the committed offset, and it must not keep the rest of the
 	// write alive.
 	op := &commitWrite{reply: to}
-	resp := commitAnswer(req, n, ErrNone, &op.answer)
+	resp := commitAnswer(req, n, ErrNone, answerRoom(to))
 	op.resp = resp
 	nowMs := now.UnixMilli()
 	expireMs := int64(-1)
@@ -131,7 +155,6 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 			records[i].Kind = &kinds[i]
 			recs = append(recs, &records[i])
 			op.written = append(op.written, writtenOffset{ti, pi, rec})
-			g.pendingCommits[topicPartition{rec.Topic, rec.Partition}]++
 		}
 	}
 	if len(recs) == 0 {
@@ -184,8 +207,7 @@ type commitWrite struct {
 	reply   ReplyTo
 	written []writtenOffset
 	fence   pb.WriteFence
-	// The lists and the answer of a one-partition commit.
-	answer oneAnswer
+	// The lists of a one-partition commit.
 	one    [1]writtenOffset
 	rec    [1]*pb.Record
 	record [1]pb.Record
@@ -196,11 +218,6 @@ func (w *commitWrite) done(g *Group, now time.Time, err error, fx *Effects) {
 	code := offsetWriteError(err)
 	for _, o := range w.written {
 		tp := topicPartition{o.rec.Topic, o.rec.Partition}
-		if n := g.pendingCommits[tp] - 1; n > 0 {
-			g.pendingCommits[tp] = n
-		} else {
-			delete(g.pendingCommits, tp)
-		}
 		if err != nil {
 			w.resp.Topics[o.topic].Partitions[o.partition].ErrorCode = code
 			continue
@@ -220,6 +237,28 @@ func (w *commitWrite) done(g *Group, now time.Time, err error, fx *Effects) {
 	}
 }
 
+// committing returns the partitions whose commits are being written (nil
+// when none is). Kafka keeps a count per partition beside the offsets; here
+// the writes in flight are the record, so a commit does not pay two map
+// updates for a set that only require_stable fetches and the retention check
+// read.
+func (g *Group) committing() map[topicPartition]bool {
+	var set map[topicPartition]bool
+	for _, op := range g.inflight {
+		w, ok := op.(*commitWrite)
+		if !ok {
+			continue
+		}
+		for _, o := range w.written {
+			if set == nil {
+				set = map[topicPartition]bool{}
+			}
+			set[topicPartition{o.rec.Topic, o.rec.Partition}] = true
+		}
+	}
+	return set
+}
+
 func (w *commitWrite) abandon(fx *Effects) {
 	for _, o := range w.written {
 		w.resp.Topics[o.topic].Partitions[o.partition].ErrorCode = ErrNotCoordinator
@@ -236,6 +275,10 @@ func (g *Group) Fetch(req *pb.OffsetFetchRequest) *pb.OffsetFetchResponse {
 		return AbsentFetch(req)
 	}
 	resp := &pb.OffsetFetchResponse{}
+	var unstable map[topicPartition]bool
+	if req.GetRequireStable() {
+		unstable = g.committing()
+	}
 	if req.GetAllTopics() {
 		tps := make([]topicPartition, 0, len(g.offsets))
 		for tp := range g.offsets {
@@ -250,22 +293,24 @@ func (g *Group) Fetch(req *pb.OffsetFetchRequest) *pb.OffsetFetchResponse {
 				cur = &pb.OffsetFetchTopic{Name: tp.topic}
 				resp.Topics = append(resp.Topics, cur)
 			}
-			cur.Partitions = append(cur.Partitions, g.fetchOne(tp, req.GetRequireStable()))
+			cur.Partitions = append(cur.Partitions, g.fetchOne(tp, unstable))
 		}
 		return resp
 	}
 	for _, t := range req.GetTopics() {
 		ft := &pb.OffsetFetchTopic{Name: t.GetName(), Partitions: make([]*pb.OffsetFetchPartition, 0, len(t.GetPartitions()))}
 		for _, p := range t.GetPartitions() {
-			ft.Partitions = append(ft.Partitions, g.fetchOne(topicPartition{t.GetName(), p}, req.GetRequireStable()))
+			ft.Partitions = append(ft.Partitions, g.fetchOne(topicPartition{t.GetName(), p}, unstable))
 		}
 		resp.Topics = append(resp.Topics, ft)
 	}
 	return resp
 }
 
-func (g *Group) fetchOne(tp topicPartition, requireStable bool) *pb.OffsetFetchPartition {
-	if requireStable && g.pendingCommits[tp] > 0 {
+// fetchOne is the fetched offset of tp; unstable holds the partitions whose
+// commits are being written (asked for with require_stable).
+func (g *Group) fetchOne(tp topicPartition, unstable map[topicPartition]bool) *pb.OffsetFetchPartition {
+	if unstable[tp] {
 		return &pb.OffsetFetchPartition{Partition: tp.partition, Offset: -1, LeaderEpoch: -1, ErrorCode: ErrUnstableOffsetCommit}
 	}
 	o, ok := g.offsets[tp]
@@ -344,8 +389,9 @@ func (g *Group) expireOffsets(now time.Time, fx *Effects) {
 	}
 	nowMs := now.UnixMilli()
 	retention := g.cfg.OffsetsRetention.Milliseconds()
+	committing := g.committing()
 	expired := func(tp topicPartition) bool {
-		if g.pendingCommits[tp] > 0 {
+		if committing[tp] {
 			return false
 		}
 		o := g.offsets[tp]
@@ -368,7 +414,7 @@ func (g *Group) expireOffsets(now time.Time, fx *Effects) {
 		t := r.GetOffsetTombstone()
 		delete(g.offsets, topicPartition{t.Topic, t.Partition})
 	}
-	if g.state == Empty && len(g.offsets) == 0 && len(g.pendingCommits) == 0 && len(g.pending) == 0 {
+	if g.state == Empty && len(g.offsets) == 0 && len(committing) == 0 && len(g.pending) == 0 {
 		recs = append(recs, &pb.Record{Kind: &pb.Record_GroupTombstone{GroupTombstone: &pb.GroupTombstone{GroupId: g.id}}})
 		g.die(now, fx)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cohort-coord/cohort/coordinator"
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/security"
 )
@@ -102,7 +103,13 @@ type conn struct {
 type pending struct {
 	corr int32
 	key  int16
+	// done is closed once the answer is complete; for a pooled commit
+	// (sig) it is its slot's channel instead, which takes one token per
+	// answer and is reused with the slot: got records that the token was
+	// taken.
 	done chan struct{}
+	sig  bool
+	got  bool
 	resp kmsg.Response // nil: no answer (Produce with acks=0)
 
 	fn   handlerFunc
@@ -154,7 +161,11 @@ const (
 func (p *pending) Answer(m proto.Message) {
 	if p.state.CompareAndSwap(asyncWaiting, asyncAnswered) {
 		p.native = m
-		close(p.done)
+		if p.sig {
+			p.done <- struct{}{} // room for one: never blocks
+		} else {
+			close(p.done)
+		}
 	}
 }
 
@@ -384,7 +395,7 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		c.hb.Default()
 		kreq = &c.hb
 	case h.key == kmsg.OffsetCommit.Int16() && c.l.async != nil:
-		slot = takeCommitSlot()
+		slot = c.l.takeCommitSlot()
 		kreq = &slot.kreq
 	default:
 		kreq = kmsg.RequestForKey(h.key)
@@ -512,7 +523,12 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 	if c.l.metrics != nil {
 		p.start = now // enqueue's clock reading, made once
 	}
-	p.r, p.call, p.request, p.deadline, p.done = r, a, n, now.Add(timeout), make(chan struct{})
+	p.r, p.call, p.request, p.deadline = r, a, n, now.Add(timeout)
+	if slot != nil {
+		p.done, p.sig = slot.sig, true
+	} else {
+		p.done = make(chan struct{})
+	}
 	if err := c.enqueue(p); err != nil {
 		return err
 	}
@@ -523,35 +539,50 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 // commitSlot is every block an OffsetCommit sent without a worker needs
 // from its decode to its answer: the decoded request, the answer's slot and,
 // for the usual commit of one partition, the native request and the Kafka
-// answer. The writer returns it to commitSlots once the answer is written,
+// answer. The writer returns it to its listener's pool once the answer is
+// written,
 // unless the call's bound passed first: a late answer may still come to an
 // expired slot, never to a returned one, as the groups answer each request
 // once (the coordinator's harness fails a machine that answers twice).
 type commitSlot struct {
-	p     pending
-	kreq  kmsg.OffsetCommitRequest
-	parts commitParts
-	one   commitOne
+	p      pending
+	kreq   kmsg.OffsetCommitRequest
+	parts  commitParts
+	one    commitOne
+	answer coordinator.CommitAnswer
+	sig    chan struct{} // p.done, made once: an answer puts one token in it
 }
 
-var commitSlots = sync.Pool{New: func() any { return new(commitSlot) }}
-
 // takeCommitSlot returns a slot whose request is ready to decode into.
-func takeCommitSlot() *commitSlot {
-	s := commitSlots.Get().(*commitSlot)
+func (l *Listener) takeCommitSlot() *commitSlot {
+	s, _ := l.commitSlots.Get().(*commitSlot)
+	if s == nil {
+		s = &commitSlot{sig: make(chan struct{}, 1)}
+	}
 	s.kreq = kmsg.OffsetCommitRequest{} // Default sets only some fields
 	s.kreq.Default()
 	return s
 }
 
-// release returns p's slot, when it has one that no answer can still reach.
-func (p *pending) release() {
+// CommitAnswerRoom implements coordinator.AnswerRoom: a pooled commit's
+// native answer is built in its slot, which is not reused before the writer
+// has read that answer.
+func (p *pending) CommitAnswerRoom() *coordinator.CommitAnswer {
+	if p.slot == nil {
+		return nil
+	}
+	return &p.slot.answer
+}
+
+// release returns p's slot to l, when it has one that no answer can still
+// reach.
+func (l *Listener) release(p *pending) {
 	s := p.slot
 	if s == nil || p.state.Load() == asyncExpired {
 		return
 	}
 	s.p = pending{}
-	commitSlots.Put(s)
+	l.commitSlots.Put(s)
 }
 
 // await waits until p's answer is ready; false: the connection is closing.
@@ -573,14 +604,31 @@ func (c *conn) await(p *pending) bool {
 	defer c.expiry.Stop() // no stale expiry is received after Stop (Go 1.23+)
 	select {
 	case <-p.done:
+		p.got = true
 	case <-c.ctx.Done():
 		return false
 	case <-c.expiry.C:
 		if !p.state.CompareAndSwap(asyncWaiting, asyncExpired) {
 			<-p.done // answered at the deadline
+			p.got = true
 		}
 	}
 	return true
+}
+
+// ready reports, without waiting, whether p's answer is complete.
+func (p *pending) ready() bool {
+	if !p.sig {
+		return closed(p.done)
+	}
+	if !p.got {
+		select {
+		case <-p.done:
+			p.got = true
+		default:
+		}
+	}
+	return p.got
 }
 
 // finish builds an asynchronous request's Kafka answer from its native one.
@@ -788,11 +836,11 @@ func (c *conn) writeLoop() {
 				return
 			}
 		}
-		if !closed(p.done) {
+		if !p.ready() {
 			// Give a handler that is about to finish a chance, so its
 			// answer shares this write; then flush and wait.
 			runtime.Gosched()
-			if !closed(p.done) {
+			if !p.ready() {
 				if !c.flush() || !c.await(p) {
 					return
 				}
@@ -820,7 +868,7 @@ func (c *conn) writeLoop() {
 		if c.l.metrics != nil && p.resp != nil {
 			c.l.metrics.observe(p.key, p.resp, p.start)
 		}
-		p.release()
+		c.l.release(p)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -63,6 +64,7 @@ func FuzzConn(f *testing.F) {
 		// Commits, joins and syncs go to the groups without a worker for a
 		// third of the inputs.
 		l.async = nil
+		l.commitSlots = new(sync.Pool) // a slot's channel is its bubble's
 		if len(data)%3 == 0 {
 			l.async = &asyncGroups{fakeGroups: &fakeGroups{}}
 		}

@@ -194,15 +194,19 @@ type Stats struct {
 
 // Listener serves the Kafka protocol on one TCP socket.
 type Listener struct {
-	cfg     Config
-	groups  Groups
-	topics  *catalog.Catalog
-	log     *slog.Logger
-	ln      net.Listener
-	self    Broker
-	autoOn  bool
-	apis    map[int16]apiSpec
-	version []apiVersion
+	cfg Config
+	// commitSlots holds the pooled blocks of OffsetCommits (commitSlot).
+	// A slot's channel belongs to the goroutines of the listener that made
+	// it (inside a testing/synctest bubble, to that bubble).
+	commitSlots *sync.Pool
+	groups      Groups
+	topics      *catalog.Catalog
+	log         *slog.Logger
+	ln          net.Listener
+	self        Broker
+	autoOn      bool
+	apis        map[int16]apiSpec
+	version     []apiVersion
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -277,14 +281,15 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		self.Host, self.Port = "127.0.0.1", int32(p)
 	}
 	l := &Listener{
-		cfg:    cfg,
-		groups: groups,
-		topics: topics,
-		log:    log.With("listener", "kafka"),
-		ln:     ln,
-		self:   self,
-		autoOn: cfg.AutoCreateTopics,
-		conns:  make(map[*conn]struct{}),
+		commitSlots: new(sync.Pool),
+		cfg:         cfg,
+		groups:      groups,
+		topics:      topics,
+		log:         log.With("listener", "kafka"),
+		ln:          ln,
+		self:        self,
+		autoOn:      cfg.AutoCreateTopics,
+		conns:       make(map[*conn]struct{}),
 	}
 	if ih, ok := groups.(InlineHeartbeats); ok {
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
