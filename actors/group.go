@@ -121,12 +121,12 @@ func (a *groupActor) active(ctx actor.Context) {
 // answer goes (a PID for remote and future-based callers, a channel for
 // local calls).
 func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordinator.ReplyTo) {
-	if !a.env.answers(a.term) {
+	a.now = a.env.clock.Now()
+	now := a.now
+	if !a.env.answers(a.term, now) {
 		deliver(ctx, to, coordinator.NotCoordinator(req, coordinator.ErrNotCoordinator))
 		return
 	}
-	a.now = a.env.clock.Now()
-	now := a.now
 	if _, hb := req.(*pb.HeartbeatRequest); !hb && a.env.observer != nil {
 		a.track.cause = causeOf(a.g, req)
 	}

@@ -37,7 +37,7 @@ type env struct {
 	guard   guardCounters
 	// lease, when set, must hold for a group actor to answer: false
 	// answers NOT_COORDINATOR (see Options.Lease).
-	lease func() bool
+	lease func(now time.Time) bool
 	// serving is the router's activation count while it coordinates and 0
 	// once deactivation begins. A group actor answers only while it equals
 	// the activation it was spawned in: one still draining its mailbox
@@ -47,9 +47,9 @@ type env struct {
 }
 
 // answers reports whether a group actor spawned in activation term may
-// answer from its state now.
-func (e *env) answers(term uint64) bool {
-	return e.serving.Load() == term && (e.lease == nil || e.lease())
+// answer from its state at now (its clock reading for the request).
+func (e *env) answers(term uint64, now time.Time) bool {
+	return e.serving.Load() == term && (e.lease == nil || e.lease(now))
 }
 
 // guardCounters sum the ownership guard's decisions over every group.

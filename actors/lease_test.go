@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -21,7 +22,7 @@ func TestLeaseFencesAnswers(t *testing.T) {
 		var held atomic.Bool
 		held.Store(true)
 		system := actor.NewActorSystem(quietLogs())
-		svc, err := Start(system, Options{Config: testConfig(), Store: raftfsm.NewMemoryStore(), Logger: quietLogger(), Lease: held.Load})
+		svc, err := Start(system, Options{Config: testConfig(), Store: raftfsm.NewMemoryStore(), Logger: quietLogger(), Lease: func(time.Time) bool { return held.Load() }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,8 +39,9 @@ type Options struct {
 	// false answers NOT_COORDINATOR. A Raft leader's lease (confirmed by a
 	// quorum within the last heartbeat timeout) keeps a leader that was
 	// paused past an election from answering from state a newer leader has
-	// changed.
-	Lease func() bool
+	// changed. now is the actor's clock reading for the request, taken
+	// just before the lease is asked.
+	Lease func(now time.Time) bool
 }
 
 // Service is the group coordinator running on an actor system: the groups

@@ -78,6 +78,7 @@ type conn struct {
 	hbAnswer  kmsg.HeartbeatResponse
 
 	commits commitStrings // the strings of the reader's last decoded commit
+	stamp   stampReader   // the reader's source, with metrics on
 
 	expiry *time.Timer // the writer's deadline for asynchronous answers
 
@@ -252,7 +253,12 @@ func (c *conn) handshake(tc *tls.Conn) error {
 }
 
 func (c *conn) readLoop() error {
-	br := bufio.NewReaderSize(c.nc, connBufferSize)
+	var src io.Reader = c.nc
+	if c.l.metrics != nil {
+		c.stamp.r = c.nc
+		src = &c.stamp
+	}
+	br := bufio.NewReaderSize(src, connBufferSize)
 	var size [4]byte
 	for {
 		if br.Buffered() < len(size) {
@@ -288,6 +294,31 @@ func (c *conn) readLoop() error {
 			return err
 		}
 	}
+}
+
+// stampReader records when a read from the connection last returned data.
+// A request's latency (metrics) starts there: one clock reading per read of
+// the socket, which brings several pipelined requests, rather than one per
+// request; a request behind others in the same read counts its wait.
+type stampReader struct {
+	r  io.Reader
+	at time.Time
+}
+
+func (s *stampReader) Read(b []byte) (int, error) {
+	n, err := s.r.Read(b)
+	if n > 0 {
+		s.at = time.Now()
+	}
+	return n, err
+}
+
+// received is when the request being dispatched was read (metrics only).
+func (c *conn) received() time.Time {
+	if c.stamp.at.IsZero() {
+		return time.Now() // dispatched without the read loop
+	}
+	return c.stamp.at
 }
 
 // clientIDString returns b as a string, reusing the last one when equal.
@@ -458,7 +489,7 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 	defer c.recoverHandler(h, &err)
 	var start time.Time
 	if c.l.metrics != nil {
-		start = time.Now()
+		start = c.received()
 	}
 	resp := fn(c.ctx, r, req)
 	resp.SetVersion(h.version)
@@ -521,7 +552,7 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 	}
 	now := time.Now()
 	if c.l.metrics != nil {
-		p.start = now // enqueue's clock reading, made once
+		p.start = c.received()
 	}
 	p.r, p.call, p.request, p.deadline = r, a, n, now.Add(timeout)
 	if slot != nil {
@@ -760,7 +791,7 @@ func (c *conn) enqueue(p *pending) error {
 		p.done = answered
 	}
 	if c.l.metrics != nil && p.start.IsZero() {
-		p.start = time.Now()
+		p.start = c.received()
 	}
 	c.wmu.Lock()
 	c.queued++

@@ -44,9 +44,12 @@ func newLeaderLease(heartbeatTimeout time.Duration) *leaderLease {
 	return &leaderLease{base: time.Now(), validity: heartbeatTimeout * 9 / 10}
 }
 
-// Held reports whether this node may answer from its own state now.
-func (l *leaderLease) Held() bool {
-	return int64(time.Since(l.base)) < l.until.Load()
+// Held reports whether this node may answer from its own state at now, a
+// reading of the monotonic clock taken just before the answer is decided
+// (the group actor's reading for the request, so that a request costs one
+// clock reading rather than two).
+func (l *leaderLease) Held(now time.Time) bool {
+	return int64(now.Sub(l.base)) < l.until.Load()
 }
 
 // renew records a quorum confirmation of leadership begun at start (a time
@@ -96,8 +99,8 @@ func (l *leaderLease) suspend() (resume func()) {
 
 // leaseHeld is the group service's fence: answers from local state only
 // under the lease. The stale-leader seeded bug answers regardless.
-func (n *Node) leaseHeld() bool {
-	return n.lease.Held() || seededbug.On("stale-leader")
+func (n *Node) leaseHeld(now time.Time) bool {
+	return n.lease.Held(now) || seededbug.On("stale-leader")
 }
 
 // renewLease keeps the lease while this node leads: one VerifyLeader round
