@@ -79,6 +79,10 @@ type conn struct {
 
 	commits commitStrings // the strings of the reader's last decoded commit
 	stamp   stampReader   // the reader's source, with metrics on
+	shard   uint32        // the connection's copy of the latency histograms
+	// inlineAnswers are the inline answers whose metrics wait for the
+	// reader's flush (noteInline).
+	inlineAnswers []inlineAnswer
 
 	expiry *time.Timer // the writer's deadline for asynchronous answers
 
@@ -195,6 +199,7 @@ func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 		queue:  make(chan *pending, maxInFlight),
 		jobs:   make(chan *pending),
 		out:    bufio.NewWriterSize(nc, connBufferSize),
+		shard:  l.connSeq.Add(1),
 	}
 	c.initAuth()
 	return c
@@ -259,10 +264,11 @@ func (c *conn) readLoop() error {
 		src = &c.stamp
 	}
 	br := bufio.NewReaderSize(src, connBufferSize)
+	defer c.recordInline()
 	var size [4]byte
 	for {
 		if br.Buffered() < len(size) {
-			c.flush()
+			c.readerFlush()
 		}
 		if _, err := io.ReadFull(br, size[:]); err != nil {
 			return err
@@ -272,7 +278,7 @@ func (c *conn) readLoop() error {
 			return fmt.Errorf("%w: frame size %d (max %d)", errBadInput, n, c.l.cfg.MaxRequestBytes)
 		}
 		if br.Buffered() < int(n) {
-			c.flush()
+			c.readerFlush()
 		}
 		var err error
 		if int(n) <= br.Size() {
@@ -294,6 +300,49 @@ func (c *conn) readLoop() error {
 			return err
 		}
 	}
+}
+
+// inlineAnswer is an answer written on the reader whose metrics wait for
+// the reader's flush (inlineAnswers).
+type inlineAnswer struct {
+	key, code int16
+	start     time.Time
+}
+
+// maxInlineAnswers bounds how many inline answers wait for their metrics
+// (256 bytes a connection that has answered inline).
+const maxInlineAnswers = 8
+
+// noteInline keeps the metrics of an answer the reader wrote to the output
+// buffer: they are recorded when the reader flushes before its next read,
+// with one clock reading for all the answers that leave together (and the
+// latency then ends when the answer is sent, not when it is buffered).
+func (c *conn) noteInline(key int16, resp kmsg.Response, start time.Time) {
+	if c.inlineAnswers == nil {
+		c.inlineAnswers = make([]inlineAnswer, 0, maxInlineAnswers)
+	}
+	c.inlineAnswers = append(c.inlineAnswers, inlineAnswer{key, errorCodeOf(resp), start})
+	if len(c.inlineAnswers) == maxInlineAnswers {
+		c.recordInline()
+	}
+}
+
+// recordInline records the metrics of the inline answers noted so far.
+func (c *conn) recordInline() {
+	if len(c.inlineAnswers) == 0 {
+		return
+	}
+	now := time.Now()
+	for _, a := range c.inlineAnswers {
+		c.l.metrics.record(a.key, a.code, now.Sub(a.start), c.shard)
+	}
+	c.inlineAnswers = c.inlineAnswers[:0]
+}
+
+// readerFlush is the reader's flush before it may wait for more input.
+func (c *conn) readerFlush() {
+	c.flush()
+	c.recordInline()
 }
 
 // stampReader records when a read from the connection last returned data.
@@ -498,7 +547,7 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 		ok := c.writeAnswer(h.corr, h.key, resp)
 		c.wmu.Unlock()
 		if c.l.metrics != nil {
-			c.l.metrics.observe(h.key, resp, start)
+			c.noteInline(h.key, resp, start)
 		}
 		if !ok {
 			return net.ErrClosed
@@ -897,7 +946,7 @@ func (c *conn) writeLoop() {
 			return
 		}
 		if c.l.metrics != nil && p.resp != nil {
-			c.l.metrics.observe(p.key, p.resp, p.start)
+			c.l.metrics.observe(p.key, p.resp, p.start, c.shard)
 		}
 		c.l.release(p)
 	}

@@ -213,6 +213,7 @@ type Listener struct {
 	wg    sync.WaitGroup
 
 	accepted, requests, bad, unsupported, callErrors, authFailures atomic.Uint64
+	connSeq                                                        atomic.Uint32 // connections made, for their latency shards
 	open                                                           atomic.Int64
 
 	// authz checks requests; nil: authorization off.

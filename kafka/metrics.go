@@ -15,7 +15,7 @@ import (
 // code; the counter of each (API, code) pair is resolved once.
 type metrics struct {
 	requests *prometheus.CounterVec
-	latency  *prometheus.HistogramVec
+	latency  *latencyCollector
 	apis     [maxAPIKey + 1]apiMetrics
 }
 
@@ -23,7 +23,7 @@ const maxAPIKey = 80
 
 type apiMetrics struct {
 	name    string
-	latency prometheus.Observer
+	latency *latencyHistogram
 	// The counter of each error code, resolved on first use: codes -1 to
 	// 126 in an array (no hashing on the hot path), any other in the map.
 	common [128]atomic.Pointer[counter]
@@ -38,24 +38,33 @@ func newMetrics(reg prometheus.Registerer, l *Listener) *metrics {
 			Name: "cohort_kafka_requests_total",
 			Help: "Kafka requests answered, by API and the answer's error code (NONE for success).",
 		}, []string{"api", "error"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "cohort_kafka_request_duration_seconds",
-			Help:    "Time from a Kafka request's dispatch to its answer being written, by API.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"api"}),
+		latency: &latencyCollector{desc: prometheus.NewDesc("cohort_kafka_request_duration_seconds",
+			"Time from a Kafka request's arrival (the read that brought it) to its answer being written, by API.",
+			[]string{"api"}, nil)},
 	}
 	for k := range l.apis {
 		if k >= 0 && int(k) <= maxAPIKey {
 			m.apis[k].name = kmsg.NameForKey(k)
-			m.apis[k].latency = m.latency.WithLabelValues(m.apis[k].name)
+			m.apis[k].latency = &latencyHistogram{api: m.apis[k].name}
+			m.latency.apis = append(m.latency.apis, m.apis[k].latency)
 		}
 	}
 	reg.MustRegister(m.requests, m.latency, &connCollector{l: l})
 	return m
 }
 
-// observe counts one answer; start is when its request was dispatched.
-func (m *metrics) observe(key int16, resp kmsg.Response, start time.Time) {
+// observe counts one answer written now; start is when its request
+// arrived, shard the connection's latency shard.
+func (m *metrics) observe(key int16, resp kmsg.Response, start time.Time, shard uint32) {
+	if m == nil {
+		return
+	}
+	m.record(key, errorCodeOf(resp), time.Since(start), shard)
+}
+
+// record counts one answer of API key with error code, d after its request
+// arrived.
+func (m *metrics) record(key, code int16, d time.Duration, shard uint32) {
 	if m == nil || key < 0 || int(key) > maxAPIKey {
 		return
 	}
@@ -63,8 +72,7 @@ func (m *metrics) observe(key int16, resp kmsg.Response, start time.Time) {
 	if a.latency == nil {
 		return // not an API the listener serves
 	}
-	a.latency.Observe(time.Since(start).Seconds())
-	code := errorCodeOf(resp)
+	a.latency.observe(d, shard)
 	if i := int(code) + 1; i >= 0 && i < len(a.common) {
 		c := a.common[i].Load()
 		if c == nil {
@@ -171,4 +179,83 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(connsAcceptedDesc, prometheus.CounterValue, float64(s.Accepted))
 	ch <- prometheus.MustNewConstMetric(connsBadDesc, prometheus.CounterValue, float64(s.BadConnections))
 	ch <- prometheus.MustNewConstMetric(callErrorsDesc, prometheus.CounterValue, float64(s.CallErrors))
+}
+
+// latencyBounds are the request duration histogram's upper bounds.
+var latencyBounds = [...]time.Duration{
+	100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 25 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second,
+}
+
+// latencyShards spreads each API's histogram over this many copies. Every
+// answer updates its API's histogram, from the reader or writer goroutine
+// of its connection: with one copy (Prometheus's histogram), the cores
+// serving different connections took turns owning the same cache lines on
+// every answer. A connection writes to its own shard; a scrape adds the
+// shards up.
+const latencyShards = 8
+
+// latencyHistogram is one API's request duration histogram.
+type latencyHistogram struct {
+	api    string
+	shards [latencyShards]latencyShard
+}
+
+// latencyShard is one copy of a histogram, on cache lines of its own.
+type latencyShard struct {
+	counts [len(latencyBounds) + 1]atomic.Uint64 // the last: above every bound
+	sum    atomic.Int64                          // nanoseconds
+	_      [64 - 8]byte
+}
+
+func (h *latencyHistogram) observe(d time.Duration, shard uint32) {
+	s := &h.shards[shard%latencyShards]
+	i := 0
+	for i < len(latencyBounds) && d > latencyBounds[i] {
+		i++
+	}
+	s.counts[i].Add(1)
+	s.sum.Add(int64(d))
+}
+
+// snapshot returns the cumulative count at every bound, the count and the
+// sum in seconds. The count is the buckets' total, so a scrape during
+// answers never shows more samples in the buckets than in the count.
+func (h *latencyHistogram) snapshot() (map[float64]uint64, uint64, float64) {
+	var counts [len(latencyBounds) + 1]uint64
+	var sum int64
+	for i := range h.shards {
+		s := &h.shards[i]
+		for j := range counts {
+			counts[j] += s.counts[j].Load()
+		}
+		sum += s.sum.Load()
+	}
+	buckets := make(map[float64]uint64, len(latencyBounds))
+	var total uint64
+	for j, b := range latencyBounds {
+		total += counts[j]
+		buckets[b.Seconds()] = total
+	}
+	total += counts[len(latencyBounds)]
+	return buckets, total, time.Duration(sum).Seconds()
+}
+
+// latencyCollector reports the histograms of every API the listener
+// serves, labelled by API.
+type latencyCollector struct {
+	desc *prometheus.Desc
+	apis []*latencyHistogram
+}
+
+func (c *latencyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *latencyCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, h := range c.apis {
+		buckets, count, sum := h.snapshot()
+		ch <- prometheus.MustNewConstHistogram(c.desc, count, sum, buckets, h.api)
+	}
 }

@@ -2,10 +2,13 @@ package kafka
 
 import (
 	"context"
+	"math"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
@@ -69,5 +72,49 @@ func TestMetricsCountAnswersByCode(t *testing.T) {
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+// The sharded latency histogram reports what Prometheus's own histogram
+// with the same bounds reports for the same durations, whichever shards
+// they went to.
+func TestLatencyHistogramMatchesPrometheus(t *testing.T) {
+	bounds := make([]float64, len(latencyBounds))
+	for i, b := range latencyBounds {
+		bounds[i] = b.Seconds()
+	}
+	want := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h", Help: "h", Buckets: bounds})
+	h := &latencyHistogram{api: "Heartbeat"}
+	durations := []time.Duration{0, time.Nanosecond, 100 * time.Microsecond, 100*time.Microsecond + 1,
+		3 * time.Millisecond, time.Second, 30 * time.Second, 31 * time.Second, time.Hour}
+	for i, d := range durations {
+		want.Observe(d.Seconds())
+		h.observe(d, uint32(i*3))
+	}
+	var w dto.Metric
+	if err := want.Write(&w); err != nil {
+		t.Fatal(err)
+	}
+	c := &latencyCollector{desc: prometheus.NewDesc("h", "h", []string{"api"}, nil), apis: []*latencyHistogram{h}}
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var g dto.Metric
+	if err := (<-ch).Write(&g); err != nil {
+		t.Fatal(err)
+	}
+	wh, gh := w.GetHistogram(), g.GetHistogram()
+	if wh.GetSampleCount() != gh.GetSampleCount() || math.Abs(wh.GetSampleSum()-gh.GetSampleSum()) > 1e-6 {
+		t.Fatalf("count/sum %d/%v, want %d/%v", gh.GetSampleCount(), gh.GetSampleSum(), wh.GetSampleCount(), wh.GetSampleSum())
+	}
+	if len(wh.GetBucket()) != len(gh.GetBucket()) {
+		t.Fatalf("%d buckets, want %d", len(gh.GetBucket()), len(wh.GetBucket()))
+	}
+	for i, b := range wh.GetBucket() {
+		if gb := gh.GetBucket()[i]; gb.GetUpperBound() != b.GetUpperBound() || gb.GetCumulativeCount() != b.GetCumulativeCount() {
+			t.Errorf("bucket %d: le %v count %d, want le %v count %d", i, gb.GetUpperBound(), gb.GetCumulativeCount(), b.GetUpperBound(), b.GetCumulativeCount())
+		}
+	}
+	if l := g.GetLabel(); len(l) != 1 || l[0].GetValue() != "Heartbeat" {
+		t.Errorf("labels %v", l)
 	}
 }
