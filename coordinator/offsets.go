@@ -109,8 +109,8 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 	}
 	n := partitionsIn(req)
 	// A commit's records and their wrappers are allocated together, in the
-	// write itself for the usual commit of one partition, and so is its
-	// answer. Each offset is an allocation of its own: the leader's store
+	// write itself for the usual commit of one partition; its answer goes in
+	// the caller's room when it offers one (AnswerRoom). Each offset is an allocation of its own: the leader's store
 	// keeps it as the committed offset, and it must not keep the rest of the
 	// write alive.
 	op := &commitWrite{reply: to}

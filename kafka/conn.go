@@ -620,8 +620,7 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 // from its decode to its answer: the decoded request, the answer's slot and,
 // for the usual commit of one partition, the native request and the Kafka
 // answer. The writer returns it to its listener's pool once the answer is
-// written,
-// unless the call's bound passed first: a late answer may still come to an
+// written, unless the call's bound passed first: a late answer may still come to an
 // expired slot, never to a returned one, as the groups answer each request
 // once (the coordinator's harness fails a machine that answers twice).
 type commitSlot struct {

@@ -194,23 +194,24 @@ type Stats struct {
 
 // Listener serves the Kafka protocol on one TCP socket.
 type Listener struct {
-	cfg Config
-	// commitSlots holds the pooled blocks of OffsetCommits (commitSlot).
-	// A slot's channel belongs to the goroutines of the listener that made
-	// it (inside a testing/synctest bubble, to that bubble).
-	commitSlots *sync.Pool
-	groups      Groups
-	topics      *catalog.Catalog
-	log         *slog.Logger
-	ln          net.Listener
-	self        Broker
-	autoOn      bool
-	apis        map[int16]apiSpec
-	version     []apiVersion
+	cfg     Config
+	groups  Groups
+	topics  *catalog.Catalog
+	log     *slog.Logger
+	ln      net.Listener
+	self    Broker
+	autoOn  bool
+	apis    map[int16]apiSpec
+	version []apiVersion
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	wg    sync.WaitGroup
+
+	// commitSlots holds the pooled blocks of OffsetCommits (commitSlot).
+	// A slot's channel belongs to the goroutines of the listener that made
+	// it (inside a testing/synctest bubble, to that bubble).
+	commitSlots *sync.Pool
 
 	accepted, requests, bad, unsupported, callErrors, authFailures atomic.Uint64
 	connSeq                                                        atomic.Uint32 // connections made, for their latency shards
@@ -282,7 +283,6 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		self.Host, self.Port = "127.0.0.1", int32(p)
 	}
 	l := &Listener{
-		commitSlots: new(sync.Pool),
 		cfg:         cfg,
 		groups:      groups,
 		topics:      topics,
@@ -291,6 +291,7 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		self:        self,
 		autoOn:      cfg.AutoCreateTopics,
 		conns:       make(map[*conn]struct{}),
+		commitSlots: new(sync.Pool),
 	}
 	if ih, ok := groups.(InlineHeartbeats); ok {
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()

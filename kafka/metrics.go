@@ -204,11 +204,12 @@ type latencyHistogram struct {
 	shards [latencyShards]latencyShard
 }
 
-// latencyShard is one copy of a histogram, on cache lines of its own.
+// latencyShard is one copy of a histogram, padded to whole cache lines so
+// that neighbouring shards share at most the line where they meet.
 type latencyShard struct {
 	counts [len(latencyBounds) + 1]atomic.Uint64 // the last: above every bound
 	sum    atomic.Int64                          // nanoseconds
-	_      [64 - 8]byte
+	_      [64 - (len(latencyBounds)+2)*8%64]byte
 }
 
 func (h *latencyHistogram) observe(d time.Duration, shard uint32) {
