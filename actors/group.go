@@ -38,7 +38,8 @@ type groupTimers struct {
 	base      time.Time
 	deadlines map[coordinator.TimerKey]int64 // since base
 	wake      Timer
-	wakeAt    int64 // when wake fires, since base; only if wakeSet
+	fire      func() // what the timers run: sends the actor its wake
+	wakeAt    int64  // when wake fires, since base; only if wakeSet
 	wakeSet   bool
 	firing    bool // onWake is running: it sets the timer when done
 }
@@ -258,9 +259,16 @@ func (a *groupActor) armWake(at int64) {
 	}
 	t.wakeAt, t.wakeSet = at, true
 	after := time.Duration(at - t.since(a.now))
-	self, root := a.self, a.env.system.Root
+	if t.fire == nil {
+		// The wake is sent from a worker: a timer's goroutine is new each
+		// time it fires, and the group actor runs on the goroutine that
+		// sends to it.
+		self, root, w := a.self, a.env.system.Root, a.env.workers
+		send := func() { root.Send(self, wakeMsg) }
+		t.fire = func() { w.run(send) }
+	}
 	if t.wake == nil {
-		t.wake = a.env.clock.AfterFunc(after, func() { root.Send(self, wakeMsg) })
+		t.wake = a.env.clock.AfterFunc(after, t.fire)
 		return
 	}
 	if after <= 0 {
@@ -271,7 +279,7 @@ func (a *groupActor) armWake(at int64) {
 		// group) at its next check. A timer, rather than a message straight
 		// to the mailbox, keeps the moment's wait in which members that
 		// join together reach the same generation.
-		a.env.clock.AfterFunc(0, func() { root.Send(self, wakeMsg) })
+		a.env.clock.AfterFunc(0, t.fire)
 		return
 	}
 	t.wake.Reset(after)

@@ -38,6 +38,9 @@ type env struct {
 	// lease, when set, must hold for a group actor to answer: false
 	// answers NOT_COORDINATOR (see Options.Lease).
 	lease func(now time.Time) bool
+	// workers run the router's mailbox and the group actors' timer wakes
+	// (workers.go).
+	workers *workers
 	// serving is the router's activation count while it coordinates and 0
 	// once deactivation begins. A group actor answers only while it equals
 	// the activation it was spawned in: one still draining its mailbox

@@ -143,7 +143,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer, lease: opts.Lease}
+	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer, lease: opts.Lease, workers: newWorkers()}
 	if e.store == nil {
 		return nil, errors.New("actors: a store is required")
 	}
@@ -153,7 +153,8 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	pid, err := system.Root.SpawnNamed(actor.PropsFromProducer(newGroupsActor(e, !opts.Fenced)), RouterName)
+	pid, err := system.Root.SpawnNamed(actor.PropsFromProducer(newGroupsActor(e, !opts.Fenced),
+		actor.WithDispatcher(&workerDispatcher{w: e.workers, throughput: routerThroughput})), RouterName)
 	if err != nil {
 		return nil, fmt.Errorf("spawn %s actor: %w", RouterName, err)
 	}
@@ -252,5 +253,8 @@ func (s *Service) Deactivate(timeout time.Duration) error {
 
 // Stop stops the groups actor and its group actors.
 func (s *Service) Stop() {
-	s.stopOnce.Do(func() { _ = s.system.Root.StopFuture(s.router).Wait() })
+	s.stopOnce.Do(func() {
+		_ = s.system.Root.StopFuture(s.router).Wait()
+		s.env.workers.close()
+	})
 }
