@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"cmp"
 	"slices"
 	"sync"
@@ -471,30 +472,55 @@ func diffMembers(prev, cur []memberAssignment) (joined, left []string) {
 	return joined, left
 }
 
-type topicPartition struct {
-	topic     string
+// owner is one partition an assignment gives to a member; the topic points
+// into the member's assignment bytes.
+type owner struct {
+	topic     []byte
 	partition int32
+	member    string
 }
 
-// owners maps every assigned partition to its member (an assignment that
-// does not decode owns nothing).
-func owners(ms []memberAssignment) map[topicPartition]string {
-	out := map[topicPartition]string{}
+func compareOwned(a, b owner) int {
+	return cmp.Or(bytes.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+}
+
+// owners lists every assigned partition with its member, sorted by topic
+// and partition, walking the encoded assignments rather than decoding them.
+// A partition in several assignments is the last one's (in ms's order); an
+// assignment that does not decode owns nothing.
+func owners(ms []memberAssignment) []owner {
+	n := 0
+	for _, m := range ms {
+		if len(m.assignment) > 0 {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	var out []owner
 	for _, m := range ms {
 		if len(m.assignment) == 0 {
 			continue
 		}
-		as, err := assignor.DecodeAssignment(m.assignment)
-		if err != nil {
-			continue
+		start := len(out)
+		w := assignor.NewAssignedPartitions(m.assignment)
+		for w.Next() {
+			out = append(out, owner{topic: w.Topic(), partition: w.Partition(), member: m.id})
 		}
-		for _, tp := range as.Topics {
-			for _, p := range tp.Partitions {
-				out[topicPartition{tp.Topic, p}] = m.id
-			}
+		if w.Err() != nil {
+			out = out[:start]
 		}
 	}
-	return out
+	slices.SortStableFunc(out, compareOwned)
+	kept := out[:0]
+	for i, o := range out {
+		if i+1 < len(out) && compareOwned(o, out[i+1]) == 0 {
+			continue // a later member's claim wins
+		}
+		kept = append(kept, o)
+	}
+	return kept
 }
 
 // moves lists the partitions whose owner changed from prev to cur, sorted
@@ -503,32 +529,46 @@ func owners(ms []memberAssignment) map[topicPartition]string {
 func moves(prev, cur []memberAssignment) []Move {
 	before, after := owners(prev), owners(cur)
 	n := 0
-	for tp, to := range after {
-		if before[tp] != to {
-			n++
-		}
-	}
-	for tp := range before {
-		if _, ok := after[tp]; !ok {
-			n++
-		}
-	}
+	eachMove(before, after, func(owner, string, string) { n++ })
 	if n == 0 {
 		return nil
 	}
 	out := make([]Move, 0, n)
-	for tp, to := range after {
-		if from := before[tp]; from != to {
-			out = append(out, Move{Topic: tp.topic, Partition: tp.partition, From: from, To: to})
+	topic := ""
+	eachMove(before, after, func(o owner, from, to string) {
+		if topic != string(o.topic) { // one string per topic, not per move
+			topic = string(o.topic)
 		}
-	}
-	for tp, from := range before {
-		if _, ok := after[tp]; !ok {
-			out = append(out, Move{Topic: tp.topic, Partition: tp.partition, From: from})
-		}
-	}
-	slices.SortFunc(out, func(a, b Move) int {
-		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		out = append(out, Move{Topic: topic, Partition: o.partition, From: from, To: to})
 	})
 	return out
+}
+
+// eachMove merges two sorted owner lists and calls f, in order, for every
+// partition whose owner differs ("" for none).
+func eachMove(before, after []owner, f func(o owner, from, to string)) {
+	for i, j := 0, 0; i < len(before) || j < len(after); {
+		c := 0
+		switch {
+		case i == len(before):
+			c = 1
+		case j == len(after):
+			c = -1
+		default:
+			c = compareOwned(before[i], after[j])
+		}
+		switch {
+		case c < 0:
+			f(before[i], before[i].member, "")
+			i++
+		case c > 0:
+			f(after[j], "", after[j].member)
+			j++
+		default:
+			if before[i].member != after[j].member {
+				f(after[j], before[i].member, after[j].member)
+			}
+			i, j = i+1, j+1
+		}
+	}
 }

@@ -2,7 +2,9 @@ package actors
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -255,6 +257,78 @@ func TestDiffListsAtTheirLength(t *testing.T) {
 	joined, left = diffMembers(cur, cur)
 	if joined != nil || left != nil || moves(cur, cur) != nil {
 		t.Fatalf("no change gave joined %v, left %v, moves %v", joined, left, moves(cur, cur))
+	}
+}
+
+// moves agrees with decoding every assignment into a map of owners, over
+// random memberships: partitions claimed twice (the later member's), members
+// without an assignment, and assignments that do not decode.
+func TestMovesMatchDecodedOwners(t *testing.T) {
+	oracle := func(prev, cur []memberAssignment) []Move {
+		type tp struct {
+			topic     string
+			partition int32
+		}
+		owners := func(ms []memberAssignment) map[tp]string {
+			out := map[tp]string{}
+			for _, m := range ms {
+				as, err := assignor.DecodeAssignment(m.assignment)
+				if len(m.assignment) == 0 || err != nil {
+					continue
+				}
+				for _, t := range as.Topics {
+					for _, p := range t.Partitions {
+						out[tp{t.Topic, p}] = m.id
+					}
+				}
+			}
+			return out
+		}
+		before, after := owners(prev), owners(cur)
+		var out []Move
+		for k, to := range after {
+			if from := before[k]; from != to {
+				out = append(out, Move{k.topic, k.partition, from, to})
+			}
+		}
+		for k, from := range before {
+			if _, ok := after[k]; !ok {
+				out = append(out, Move{k.topic, k.partition, from, ""})
+			}
+		}
+		slices.SortFunc(out, func(a, b Move) int {
+			return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		})
+		return out
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	members := func() []memberAssignment {
+		var ms []memberAssignment
+		for i := range rnd.IntN(6) {
+			m := memberAssignment{id: fmt.Sprintf("m%d", rnd.IntN(8)+i*10)}
+			if rnd.IntN(5) > 0 {
+				var a assignor.Assignment
+				for _, topic := range []string{"t", "u", "tt"}[:rnd.IntN(4)] {
+					tp := assignor.TopicPartitions{Topic: topic}
+					for range rnd.IntN(4) {
+						tp.Partitions = append(tp.Partitions, int32(rnd.IntN(6)))
+					}
+					a.Topics = append(a.Topics, tp)
+				}
+				m.assignment = a.AppendTo(nil)
+				if rnd.IntN(8) == 0 {
+					m.assignment = m.assignment[:len(m.assignment)-1] // does not decode
+				}
+			}
+			ms = append(ms, m)
+		}
+		return ms
+	}
+	for i := range 5000 {
+		prev, cur := members(), members()
+		if got, want := moves(prev, cur), oracle(prev, cur); !slices.Equal(got, want) {
+			t.Fatalf("case %d: moves %v, decoded owners give %v\nprev %v\ncur %v", i, got, want, prev, cur)
+		}
 	}
 }
 

@@ -514,3 +514,63 @@ func DecodeCooperativeUserData(b []byte) (generation int32, ok bool) {
 	}
 	return int32(binary.BigEndian.Uint32(b)), true
 }
+
+// AssignedPartitions walks the partitions of an encoded consumer-protocol
+// assignment without decoding it into an Assignment: no allocation, and
+// topic names that point into the encoding. Use NewAssignedPartitions, then
+// Next until it returns false, then Err.
+type AssignedPartitions struct {
+	r                     reader
+	started, done         bool
+	topicsLeft, partsLeft int
+	topic                 []byte
+	partition             int32
+}
+
+// NewAssignedPartitions returns a walk over the partitions assigned in b.
+func NewAssignedPartitions(b []byte) AssignedPartitions {
+	return AssignedPartitions{r: reader{b: b}}
+}
+
+// Next moves to the next assigned partition; false at the end or at the
+// first malformed byte.
+func (w *AssignedPartitions) Next() bool {
+	if !w.started {
+		w.started = true
+		if v := w.r.int16(); w.r.err == nil && v < 0 {
+			w.r.err = ErrNegativeVersion
+			return false
+		}
+		w.topicsLeft = w.r.arrayLen(6)
+	}
+	for w.partsLeft == 0 {
+		if w.topicsLeft == 0 || w.r.err != nil {
+			return false
+		}
+		w.topicsLeft--
+		w.topic = w.r.stringBytes()
+		w.partsLeft = w.r.arrayLen(4)
+	}
+	w.partsLeft--
+	w.partition = w.r.int32()
+	return w.r.err == nil
+}
+
+// Topic is the current partition's topic (it points into the encoding).
+func (w *AssignedPartitions) Topic() []byte { return w.topic }
+
+// Partition is the current partition.
+func (w *AssignedPartitions) Partition() int32 { return w.partition }
+
+// Err is the error DecodeAssignment returns for the same bytes: nil when
+// they decode, user data included. It walks whatever Next has not. The
+// partitions seen before a malformed byte are not an assignment.
+func (w *AssignedPartitions) Err() error {
+	for w.Next() {
+	}
+	if w.r.err == nil && !w.done {
+		w.done = true
+		w.r.nullableBytes()
+	}
+	return w.r.err
+}

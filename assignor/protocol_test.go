@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -283,10 +285,70 @@ func FuzzDecode(f *testing.F) {
 				checkValid(t, bal, members, topics, bal.Balance(members, topics))
 			}
 		}
-		var a Assignment
-		_ = d.DecodeAssignment(b, &a)
+		checkAssignedPartitions(t, b)
 		_, _ = d.DecodeStickyUserData(b)
 	})
+}
+
+// checkAssignedPartitions checks that walking b's assigned partitions
+// finds what DecodeAssignment does: the same error, and on success the same
+// partitions in the same order.
+func checkAssignedPartitions(t *testing.T, b []byte) {
+	t.Helper()
+	a, err := DecodeAssignment(b)
+	var got []TopicPartitions
+	w := NewAssignedPartitions(b)
+	for w.Next() {
+		if n := len(got); n == 0 || got[n-1].Topic != string(w.Topic()) {
+			got = append(got, TopicPartitions{Topic: string(w.Topic())})
+		}
+		got[len(got)-1].Partitions = append(got[len(got)-1].Partitions, w.Partition())
+	}
+	if werr := w.Err(); werr != err {
+		t.Fatalf("walk error %v, DecodeAssignment %v", werr, err)
+	}
+	if err != nil {
+		return
+	}
+	var want []TopicPartitions
+	for _, tp := range a.Topics {
+		if len(tp.Partitions) > 0 {
+			// The walk sees a topic through its partitions; consecutive
+			// entries of one topic read as one.
+			if n := len(want); n > 0 && want[n-1].Topic == tp.Topic {
+				want[n-1].Partitions = append(want[n-1].Partitions, tp.Partitions...)
+				continue
+			}
+			want = append(want, TopicPartitions{Topic: tp.Topic, Partitions: slices.Clone(tp.Partitions)})
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("walk %v, DecodeAssignment %v", got, want)
+	}
+}
+
+func TestAssignedPartitions(t *testing.T) {
+	a := Assignment{Version: 3, Topics: []TopicPartitions{{Topic: "t", Partitions: []int32{2, 0}}, {Topic: "e"}, {Topic: "u", Partitions: []int32{7}}}, UserData: []byte("x")}
+	b := a.AppendTo(nil)
+	checkAssignedPartitions(t, b)
+	w := NewAssignedPartitions(b)
+	var got []string
+	for w.Next() {
+		got = append(got, fmt.Sprintf("%s/%d", w.Topic(), w.Partition()))
+	}
+	if want := []string{"t/2", "t/0", "u/7"}; !slices.Equal(got, want) || w.Err() != nil {
+		t.Fatalf("walk %v (%v), want %v", got, w.Err(), want)
+	}
+	// Every truncation, and damaged user data, fail as DecodeAssignment does.
+	for n := range len(b) {
+		checkAssignedPartitions(t, b[:n])
+	}
+	checkAssignedPartitions(t, append(b[:len(b)-5:len(b)-5], 0xff, 0xff, 0xff, 0xfe))
+	checkAssignedPartitions(t, []byte{0xff, 0xff})
+	w = NewAssignedPartitions(b[:len(b)-1])
+	if w.Err() == nil {
+		t.Fatal("a truncated assignment walked without error")
+	}
 }
 
 func normalize(s Subscription) Subscription {
