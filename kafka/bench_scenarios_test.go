@@ -164,10 +164,7 @@ func BenchmarkFormation(b *testing.B) {
 		s := startServer(b, name)
 		createBenchTopic(b, s.addr)
 		b.Run(name, func(b *testing.B) {
-			if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && name != "kfake" {
-				fmt.Fprintf(s.stdin, "profile %s.formation.%s\n", prefix, name)
-				defer fmt.Fprintln(s.stdin, "stop")
-			}
+			defer s.profile("formation." + name)()
 			var took, cpu, client time.Duration
 			var gens, reads, writes int64
 			j0, s0, h0 := formRequests.joins.Load(), formRequests.syncs.Load(), formRequests.heartbeats.Load()

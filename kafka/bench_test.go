@@ -362,6 +362,27 @@ func (s *benchServer) syscalls() (reads, writes int64) {
 	return reads, writes
 }
 
+// profile starts CPU profiles of a server's processes for a phase
+// when COHORT_BENCH_CPUPROFILE=prefix is set: prefix.phase for the node the
+// client talks to, prefix.phase.peerN for the other nodes of a cluster. The
+// function it returns stops them.
+func (s *benchServer) profile(phase string) (stop func()) {
+	prefix := os.Getenv("COHORT_BENCH_CPUPROFILE")
+	if prefix == "" {
+		return func() {}
+	}
+	fmt.Fprintf(s.stdin, "profile %s.%s\n", prefix, phase)
+	for i, p := range s.peers {
+		fmt.Fprintf(p.stdin, "profile %s.%s.peer%d\n", prefix, phase, i+1)
+	}
+	return func() {
+		fmt.Fprintln(s.stdin, "stop")
+		for _, p := range s.peers {
+			fmt.Fprintln(p.stdin, "stop")
+		}
+	}
+}
+
 // pconn is a pipelined Kafka connection: any number of goroutines may call
 // do; answers are matched to requests in order.
 type pconn struct {
@@ -704,14 +725,7 @@ func loadConns(b *testing.B, s *benchServer, phase string, nconns int, ms []memb
 			c.Close()
 		}
 	}()
-	if prefix := os.Getenv("COHORT_BENCH_CPUPROFILE"); prefix != "" && strings.HasPrefix(s.name, "cohort") {
-		fmt.Fprintf(s.stdin, "profile %s.%s\n", prefix, phase)
-		defer fmt.Fprintln(s.stdin, "stop")
-		for i, p := range s.peers {
-			fmt.Fprintf(p.stdin, "profile %s.%s.peer%d\n", prefix, phase, i+1)
-			defer fmt.Fprintln(p.stdin, "stop")
-		}
-	}
+	defer s.profile(phase)()
 	var next, bad atomic.Int64
 	var firstBad atomic.Value
 	take := func() (kmsg.Request, bool) {

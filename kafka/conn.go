@@ -136,6 +136,9 @@ type pending struct {
 	// slot, when set, is the reused block p lives in (commitSlot): the
 	// writer returns it once p's answer is written.
 	slot *commitSlot
+	// wait, when set, is the reused slot p lives in (waitSlot), returned
+	// as a commit's slot is.
+	wait *waitSlot
 
 	last  bool   // the connection closes once this answer is written
 	raw   bool   // a raw SASL token (after a v0 handshake), not a Kafka answer
@@ -585,12 +588,14 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 	}
 	n, timeout, a, resp := c.l.prepare(&r, kreq, one)
 	var p *pending
+	var wait *waitSlot
 	if slot != nil {
 		p = &slot.p
 	} else {
-		p = new(pending)
+		wait = c.l.takeWaitSlot()
+		p = &wait.p
 	}
-	p.corr, p.key, p.slot = h.corr, h.key, slot
+	p.corr, p.key, p.slot, p.wait = h.corr, h.key, slot, wait
 	if resp != nil {
 		resp.SetVersion(h.version)
 		p.resp = resp
@@ -607,7 +612,7 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 	if slot != nil {
 		p.done, p.sig = slot.sig, true
 	} else {
-		p.done = make(chan struct{})
+		p.done, p.sig = wait.sig, true
 	}
 	if err := c.enqueue(p); err != nil {
 		return err
@@ -643,6 +648,23 @@ func (l *Listener) takeCommitSlot() *commitSlot {
 	return s
 }
 
+// waitSlot is the pooled answer slot of a JoinGroup or SyncGroup sent
+// without a worker: its pending and the channel its answer signals, made
+// once. Like a commitSlot, the writer returns it once its answer is written,
+// never after its bound passed.
+type waitSlot struct {
+	p   pending
+	sig chan struct{} // p.done: an answer puts one token in it
+}
+
+func (l *Listener) takeWaitSlot() *waitSlot {
+	s, _ := l.waitSlots.Get().(*waitSlot)
+	if s == nil {
+		s = &waitSlot{sig: make(chan struct{}, 1)}
+	}
+	return s
+}
+
 // CommitAnswerRoom implements coordinator.AnswerRoom: a pooled commit's
 // native answer is built in its slot, which is not reused before the writer
 // has read that answer.
@@ -656,12 +678,16 @@ func (p *pending) CommitAnswerRoom() *coordinator.CommitAnswer {
 // release returns p's slot to l, when it has one that no answer can still
 // reach.
 func (l *Listener) release(p *pending) {
-	s := p.slot
-	if s == nil || p.state.Load() == asyncExpired {
+	if p.state.Load() == asyncExpired {
 		return
 	}
-	s.p = pending{}
-	l.commitSlots.Put(s)
+	if s := p.slot; s != nil {
+		s.p = pending{}
+		l.commitSlots.Put(s)
+	} else if w := p.wait; w != nil {
+		w.p = pending{}
+		l.waitSlots.Put(w)
+	}
 }
 
 // await waits until p's answer is ready; false: the connection is closing.

@@ -65,6 +65,7 @@ func FuzzConn(f *testing.F) {
 		// third of the inputs.
 		l.async = nil
 		l.commitSlots = new(sync.Pool) // a slot's channel is its bubble's
+		l.waitSlots = new(sync.Pool)
 		if len(data)%3 == 0 {
 			l.async = &asyncGroups{fakeGroups: &fakeGroups{}}
 		}

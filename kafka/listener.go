@@ -212,6 +212,9 @@ type Listener struct {
 	// A slot's channel belongs to the goroutines of the listener that made
 	// it (inside a testing/synctest bubble, to that bubble).
 	commitSlots *sync.Pool
+	// waitSlots holds the pooled answer slots of JoinGroups and SyncGroups
+	// (waitSlot), under the same rule.
+	waitSlots *sync.Pool
 
 	accepted, requests, bad, unsupported, callErrors, authFailures atomic.Uint64
 	connSeq                                                        atomic.Uint32 // connections made, for their latency shards
@@ -292,6 +295,7 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		autoOn:      cfg.AutoCreateTopics,
 		conns:       make(map[*conn]struct{}),
 		commitSlots: new(sync.Pool),
+		waitSlots:   new(sync.Pool),
 	}
 	if ih, ok := groups.(InlineHeartbeats); ok {
 		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
