@@ -11,6 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/cohort-coord/cohort/raftfsm"
 )
 
 // stableWorkload starts cfg's members against c and waits until every group
@@ -175,6 +177,13 @@ func waitCohortctlHash(t *testing.T, c *Cluster, want int, timeout time.Duration
 			hashes[h] = true
 		}
 		if len(rows) == want && len(hashes) == 1 && !hashes[""] {
+			// Every node of the cluster runs this version, so the cluster
+			// writes the newest log format (compressed entries).
+			for _, r := range rows {
+				if f, _ := r["log_format"].(float64); uint32(f) != raftfsm.LogFormat {
+					t.Fatalf("%v: log format %v, want %d", r["node_id"], r["log_format"], raftfsm.LogFormat)
+				}
+			}
 			for h := range hashes {
 				return h
 			}

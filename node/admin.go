@@ -121,7 +121,7 @@ func (n *Node) adminResponse(err error) *clusterpb.AdminResponse {
 func (n *Node) join(m *clusterpb.JoinRequest) *clusterpb.JoinResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	reg := &raftpb.NodeRegister{NodeId: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), RemoteAddr: m.GetRemoteAddr(), KafkaAddr: m.GetKafkaAddr(), KafkaListeners: m.GetKafkaListeners()}
+	reg := &raftpb.NodeRegister{NodeId: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), RemoteAddr: m.GetRemoteAddr(), KafkaAddr: m.GetKafkaAddr(), KafkaListeners: m.GetKafkaListeners(), LogFormat: m.GetLogFormat()}
 	if err := n.raft.Join(ctx, reg); err != nil {
 		return &clusterpb.JoinResponse{Error: err.Error(), Code: adminCode(err), LeaderRemoteAddr: n.leaderRemote()}
 	}
@@ -140,6 +140,9 @@ func (n *Node) status() *clusterpb.StatusResponse {
 		AppliedIndex: r.AppliedIndex(),
 		CommitIndex:  num("commit_index"),
 		FsmHash:      n.raft.FSM.Hash(),
+		LogFormat:    n.raft.FSM.LogFormat(),
+
+		AppliesLogFormat: raftfsm.LogFormat,
 	}
 	ready := n.Readiness()
 	resp.Ready, resp.NotReady = ready.Ready(), ready.Failing()

@@ -401,7 +401,7 @@ func (n *Node) onLeader() {
 func (n *Node) self() *raftpb.NodeRegister {
 	listeners := n.advertisedListeners()
 	return &raftpb.NodeRegister{NodeId: n.raft.ID(), RaftAddr: n.raft.Addr(), RemoteAddr: n.remoteAddr,
-		KafkaAddr: listeners[n.firstListener()], KafkaListeners: listeners}
+		KafkaAddr: listeners[n.firstListener()], KafkaListeners: listeners, LogFormat: raftfsm.LogFormat}
 }
 
 // register makes sure the cluster knows this node and its current
@@ -461,7 +461,7 @@ func (n *Node) joinTargets() []string {
 // askJoin sends a JoinRequest to a member, following it to the leader.
 func (n *Node) askJoin(addr string) error {
 	reg := n.self()
-	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr, KafkaListeners: reg.KafkaListeners}
+	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr, KafkaListeners: reg.KafkaListeners, LogFormat: reg.LogFormat}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	go func() {

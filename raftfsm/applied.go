@@ -124,7 +124,8 @@ func (n *Node) readLoggedNodes() error {
 			continue // the FSM will say what is wrong with it
 		}
 		// A bad payload changes nothing here; the FSM refuses it when it
-		// applies the entry.
+		// applies the entry. Registrations are never compressed (only
+		// batches of group writes are), so COMPRESSED entries are skipped.
 		switch env.GetType() {
 		case raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER:
 			_ = registerNode(nodes, env.GetPayload())

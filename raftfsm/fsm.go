@@ -74,6 +74,9 @@ type FSM struct {
 	applied atomic.Uint64
 	// restores counts the snapshots restored (see Node.Holds).
 	restores atomic.Uint64
+	// format is the cluster's log format (LogFormat; 0 reads as 1),
+	// changed under mu on the apply goroutine, read without it.
+	format atomic.Uint32
 	// beforeApply, set by tests only, runs before each entry is applied.
 	beforeApply atomic.Pointer[func()]
 }
@@ -92,6 +95,7 @@ var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResul
 	raftpb.CommandType_COMMAND_TYPE_TOPIC_DELETE:  (*FSM).applyTopicDelete,
 	raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER: (*FSM).applyNodeRegister,
 	raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE:   (*FSM).applyNodeRemove,
+	raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT:    (*FSM).applyLogFormat,
 }
 
 // Apply implements raft.FSM. An entry of an unknown type or version is
@@ -116,26 +120,48 @@ func (f *FSM) applyEntry(l *raft.Log) *ApplyResult {
 			return f.applyWrites(ws.(*raftpb.GroupWrites))
 		}
 	}
+	return f.applyEnvelope(l.Index, l.Data, false)
+}
+
+// applyEnvelope applies one Envelope's encoding: an entry's data, or what a
+// COMPRESSED entry holds (inner: which is never compressed again).
+func (f *FSM) applyEnvelope(index uint64, data []byte, inner bool) *ApplyResult {
 	var env raftpb.Envelope
-	if err := proto.Unmarshal(l.Data, &env); err != nil {
-		return &ApplyResult{Err: fmt.Errorf("%w: entry %d: %v", ErrBadCommand, l.Index, err)}
+	if err := proto.Unmarshal(data, &env); err != nil {
+		return &ApplyResult{Err: fmt.Errorf("%w: entry %d: %v", ErrBadCommand, index, err)}
+	}
+	if env.GetType() == raftpb.CommandType_COMMAND_TYPE_COMPRESSED && env.GetVersion() == CommandVersion {
+		if inner {
+			return &ApplyResult{Err: fmt.Errorf("%w: entry %d: compressed twice", ErrBadCommand, index)}
+		}
+		d, err := decompressEntry(env.GetPayload())
+		if err != nil {
+			return &ApplyResult{Err: fmt.Errorf("%w: entry %d: compressed: %v", ErrBadCommand, index, err)}
+		}
+		return f.applyEnvelope(index, d, true)
 	}
 	apply, ok := applyTable[env.GetType()]
 	if !ok || env.GetVersion() != CommandVersion {
-		err := fmt.Errorf("%w: entry %d: type %v version %d", ErrBadCommand, l.Index, env.GetType(), env.GetVersion())
+		err := fmt.Errorf("%w: entry %d: type %v version %d", ErrBadCommand, index, env.GetType(), env.GetVersion())
 		if env.GetIgnorable() || env.GetType() == raftpb.CommandType_COMMAND_TYPE_UNSPECIFIED {
 			// No version writes an entry without a type: it is garbage, not
 			// a newer command, and refused like bytes that are no envelope.
-			f.log.Warn("skipping an ignorable entry this version cannot apply", "index", l.Index, "type", env.GetType(), "version", env.GetVersion())
+			f.log.Warn("skipping an ignorable entry this version cannot apply", "index", index, "type", env.GetType(), "version", env.GetVersion())
 			return &ApplyResult{Err: err}
 		}
-		f.log.Error("halting: an entry this version cannot apply and may not skip", "index", l.Index, "type", env.GetType(), "version", env.GetVersion())
-		halt := fmt.Errorf("%w: entry %d: type %v version %d", ErrHalted, l.Index, env.GetType(), env.GetVersion())
-		f.halt.Store(&halt)
-		close(f.halted)
-		return &ApplyResult{Err: fmt.Errorf("%w: %w", err, halt)}
+		return &ApplyResult{Err: fmt.Errorf("%w: %w", err, f.haltOn(fmt.Sprintf("entry %d: type %v version %d", index, env.GetType(), env.GetVersion())))}
 	}
 	return apply(f, env.GetPayload())
+}
+
+// haltOn stops the FSM at an entry this version cannot apply and may not
+// skip, and returns why (wrapping ErrHalted).
+func (f *FSM) haltOn(what string) error {
+	f.log.Error("halting: an entry this version cannot apply and may not skip", "entry", what)
+	halt := fmt.Errorf("%w: %s", ErrHalted, what)
+	f.halt.Store(&halt)
+	close(f.halted)
+	return halt
 }
 
 // Halted is closed when the FSM halts; HaltErr then says why.
@@ -278,6 +304,9 @@ func (f *FSM) Groups() ([]string, error) {
 // records stay as captured after the lock is released. Caller holds f.mu.
 func (f *FSM) capture() []snapRecord {
 	var out []snapRecord
+	if v := f.format.Load(); v > LogFormatPlain {
+		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_LogFormat{LogFormat: &raftpb.LogFormat{Format: v}}}})
+	}
 	for _, n := range sortedNodes(f.nodes) {
 		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}}})
 	}
@@ -329,6 +358,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	state, nodes := NewState(), map[string]*raftpb.NodeRegister{}
+	var format uint32
 	var topics []catalog.Topic
 	var sec securityRecords
 	r := bufio.NewReader(rc)
@@ -342,6 +372,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			return fmt.Errorf("raftfsm: restore: %w", err)
 		}
 		switch k := rec.GetKind().(type) {
+		case *raftpb.SnapshotRecord_LogFormat:
+			format = k.LogFormat.GetFormat()
 		case *raftpb.SnapshotRecord_Node:
 			nodes[k.Node.GetNodeId()] = k.Node
 		case *raftpb.SnapshotRecord_Topic:
@@ -359,8 +391,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			return fmt.Errorf("raftfsm: restore: unknown record %T", k)
 		}
 	}
+	if format > LogFormat {
+		return fmt.Errorf("raftfsm: restore: log format %d (this version applies up to %d)", format, LogFormat)
+	}
 	f.mu.Lock()
 	f.state, f.nodes = state, nodes
+	f.format.Store(format)
 	f.catalog.Restore(topics)
 	f.security.Restore(sec.creds, sec.acls)
 	f.mu.Unlock()

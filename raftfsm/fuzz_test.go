@@ -78,6 +78,11 @@ func FuzzApply(f *testing.F) {
 		bad = append(bad, e)
 	}
 	f.Add(joinEntries(bad, false))
+	// A raised log format and a compressed batch, whole and wrapped.
+	var buf []byte
+	compressed := [][]byte{mustCommand(f, raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT, &raftpb.LogFormat{Format: LogFormat}), compressEntry(commitBatch(f, 40), &buf)}
+	f.Add(joinEntries(compressed, false))
+	f.Add(joinEntries(compressed, true))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, b := NewFSM(catalog.New(), quiet), NewFSM(catalog.New(), quiet)
 		for i, e := range splitEntries(data) {

@@ -45,14 +45,35 @@ func (n *Node) Voters() []string {
 }
 
 // Join adds a node as a voter (or updates its Raft address) and records its
-// addresses in the registry. Joining again with the same id and address is
-// a no-op. Leader only.
+// addresses and log format in the registry. Joining again with the same id
+// and address is a no-op. A node that applies only a lower log format than
+// the cluster's is refused (ErrIncompatibleNode): it would stop at the
+// first entry it cannot read. Leader only.
 func (n *Node) Join(ctx context.Context, reg *raftpb.NodeRegister) error {
+	if err := n.join(ctx, reg); err != nil {
+		return err
+	}
+	n.RaiseLogFormat(ctx)
+	return nil
+}
+
+func (n *Node) join(ctx context.Context, reg *raftpb.NodeRegister) error {
 	if !n.IsLeader() {
 		return ErrNotLeader
 	}
 	if reg.GetNodeId() == "" || reg.GetRaftAddr() == "" {
 		return fmt.Errorf("%w: node id and raft addr are required", ErrInvalidRequest)
+	}
+	n.formatMu.Lock()
+	defer n.formatMu.Unlock()
+	// After a barrier every entry this leader's log holds is applied: an
+	// earlier leader's LOG_FORMAT entry that may still commit shows.
+	if err := n.Raft.Barrier(membershipTimeout).Error(); err != nil {
+		return raftError(err)
+	}
+	if have, want := registeredFormat(reg), n.FSM.LogFormat(); have < want {
+		return fmt.Errorf("%w: %w: node %s applies log formats up to %d and the cluster writes format %d: run a newer cohortd on it",
+			ErrInvalidRequest, ErrIncompatibleNode, reg.GetNodeId(), have, want)
 	}
 	f := n.Raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -67,7 +88,7 @@ func (n *Node) Join(ctx context.Context, reg *raftpb.NodeRegister) error {
 		}
 		n.cfg.Logger.Info("voter added", "node", reg.GetNodeId(), "raft_addr", reg.GetRaftAddr())
 	}
-	return n.Register(ctx, reg)
+	return n.register(ctx, reg)
 }
 
 // AddVoter adds a voter (or changes its address). Leader only.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -115,6 +116,9 @@ type Node struct {
 	unregister []func()
 	held       heldCache // Holds
 	logged     []*raftpb.NodeRegister
+	// formatMu orders a join's log format check and voter change against
+	// raising the format (RaiseLogFormat), on the leader.
+	formatMu sync.Mutex
 }
 
 // Open starts a Raft node over real files: the log and stable store in
@@ -335,12 +339,49 @@ func (n *Node) ProposeTopic(ctx context.Context, cmd catalog.Command) error {
 	return fmt.Errorf("%w: catalog command %T", ErrBadCommand, cmd)
 }
 
-// Register records (or updates) how to reach a node. Leader only.
+// Register records (or updates) how to reach a node and the log format it
+// applies, then raises the cluster's format when every voter now applies a
+// higher one. Leader only.
 func (n *Node) Register(ctx context.Context, reg *raftpb.NodeRegister) error {
+	if err := n.register(ctx, reg); err != nil {
+		return err
+	}
+	n.RaiseLogFormat(ctx)
+	return nil
+}
+
+func (n *Node) register(ctx context.Context, reg *raftpb.NodeRegister) error {
 	if cur, ok := n.FSM.Node(reg.GetNodeId()); ok && proto.Equal(cur, reg) {
 		return nil
 	}
 	return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER, reg)
+}
+
+// RaiseLogFormat raises the cluster's log format to LogFormat once every
+// voter of the latest configuration has registered that it applies it, and
+// reports whether the format is LogFormat now. Leader only; a failure
+// leaves the format as it was (the next registration tries again).
+func (n *Node) RaiseLogFormat(ctx context.Context) bool {
+	n.formatMu.Lock()
+	defer n.formatMu.Unlock()
+	if n.FSM.LogFormat() >= LogFormat {
+		return true
+	}
+	voters := n.Voters()
+	if len(voters) == 0 {
+		return false
+	}
+	for _, id := range voters {
+		if r, ok := n.FSM.Node(id); !ok || registeredFormat(r) < LogFormat {
+			return false
+		}
+	}
+	if err := n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT, &raftpb.LogFormat{Format: LogFormat}); err != nil {
+		n.cfg.Logger.Warn("raise the log format", "format", LogFormat, "err", err)
+		return false
+	}
+	n.cfg.Logger.Info("log format raised: every voter applies it", "format", LogFormat, "voters", len(voters))
+	return true
 }
 
 // Unregister forgets a node. Leader only.

@@ -33,6 +33,7 @@ type Store struct {
 	slots   chan struct{}
 	stop    chan struct{}
 	stopped sync.WaitGroup
+	scratch []byte // the batching loop's compression buffer
 }
 
 type pending struct {
@@ -186,6 +187,11 @@ func (s *Store) propose(batch []pending) {
 		if batch = kept; len(batch) == 0 {
 			<-s.slots
 			return
+		}
+	}
+	if s.fsm.LogFormat() >= LogFormatCompressed {
+		if c := compressEntry(data, &s.scratch); c != nil {
+			data = c
 		}
 	}
 	s.fsm.proposed(data, ws)

@@ -90,20 +90,23 @@ func (c *cli) adminListen(listen string) (*admin.Client, error) {
 }
 
 type nodeStatus struct {
-	NodeID       string   `json:"node_id"`
-	Suffrage     string   `json:"suffrage"`
-	State        string   `json:"state"`
-	LeaderID     string   `json:"leader_id"`
-	Term         uint64   `json:"term"`
-	AppliedIndex uint64   `json:"applied_index"`
-	CommitIndex  uint64   `json:"commit_index"`
-	FSMHash      string   `json:"fsm_hash"`
-	Ready        bool     `json:"ready"`
-	NotReady     []string `json:"not_ready,omitempty"`
-	RaftAddr     string   `json:"raft_addr"`
-	RemoteAddr   string   `json:"remote_addr"`
-	KafkaAddr    string   `json:"kafka_addr"`
-	Error        string   `json:"error,omitempty"`
+	NodeID       string `json:"node_id"`
+	Suffrage     string `json:"suffrage"`
+	State        string `json:"state"`
+	LeaderID     string `json:"leader_id"`
+	Term         uint64 `json:"term"`
+	AppliedIndex uint64 `json:"applied_index"`
+	CommitIndex  uint64 `json:"commit_index"`
+	FSMHash      string `json:"fsm_hash"`
+	LogFormat    uint32 `json:"log_format"`
+	// AppliesLogFormat is the highest log format the node's version applies.
+	AppliesLogFormat uint32   `json:"applies_log_format"`
+	Ready            bool     `json:"ready"`
+	NotReady         []string `json:"not_ready,omitempty"`
+	RaftAddr         string   `json:"raft_addr"`
+	RemoteAddr       string   `json:"remote_addr"`
+	KafkaAddr        string   `json:"kafka_addr"`
+	Error            string   `json:"error,omitempty"`
 }
 
 // clusterStatus asks addr for the member list, then every member for its own
@@ -138,18 +141,32 @@ func (c *cli) clusterStatus(ctx context.Context, a *admin.Client, addr string) e
 			}
 			r.State, r.LeaderID, r.Term, r.Error = s.State, s.LeaderId, s.Term, s.Error
 			r.AppliedIndex, r.CommitIndex, r.FSMHash = s.AppliedIndex, s.CommitIndex, s.FsmHash
+			r.LogFormat, r.AppliesLogFormat = s.LogFormat, s.AppliesLogFormat
 			r.Ready, r.NotReady = s.Ready, s.NotReady
 		}()
 	}
 	wg.Wait()
 	slices.SortFunc(rows, func(x, y nodeStatus) int { return cmp.Compare(x.NodeID, y.NodeID) })
 	return c.print(rows, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "NODE\tSUFFRAGE\tSTATE\tREADY\tLEADER\tTERM\tAPPLIED\tCOMMIT\tFSM HASH\tRAFT\tREMOTE\tKAFKA\tERROR")
+		fmt.Fprintln(w, "NODE\tSUFFRAGE\tSTATE\tREADY\tLEADER\tTERM\tAPPLIED\tCOMMIT\tFSM HASH\tLOG FORMAT\tRAFT\tREMOTE\tKAFKA\tERROR")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.NodeID, r.Suffrage, r.State, readyCell(r), dash(r.LeaderID),
-				r.Term, r.AppliedIndex, r.CommitIndex, dash(r.FSMHash), dash(r.RaftAddr), dash(r.RemoteAddr), dash(r.KafkaAddr), dash(r.Error))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.NodeID, r.Suffrage, r.State, readyCell(r), dash(r.LeaderID),
+				r.Term, r.AppliedIndex, r.CommitIndex, dash(r.FSMHash), formatCell(r), dash(r.RaftAddr), dash(r.RemoteAddr), dash(r.KafkaAddr), dash(r.Error))
 		}
 	})
+}
+
+// formatCell is the cluster's log format as the node applied it, and the
+// highest its version applies when that is higher (the format rises once
+// every voter applies it): "2", "1 (applies 2)"; "-" when unknown.
+func formatCell(r nodeStatus) string {
+	switch {
+	case r.LogFormat == 0:
+		return "-"
+	case r.AppliesLogFormat > r.LogFormat:
+		return fmt.Sprintf("%d (applies %d)", r.LogFormat, r.AppliesLogFormat)
+	}
+	return fmt.Sprint(r.LogFormat)
 }
 
 // readyCell is "yes", or "no (" and the conditions that fail ")".

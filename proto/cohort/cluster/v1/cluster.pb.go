@@ -229,10 +229,14 @@ type StatusResponse struct {
 	Error   string    `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
 	// Whether the node is ready (as its /readyz says), and the conditions
 	// that do not hold, as "name: detail".
-	Ready         bool     `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
-	NotReady      []string `protobuf:"bytes,11,rep,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ready    bool     `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
+	NotReady []string `protobuf:"bytes,11,rep,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"`
+	// The cluster's Raft log format as applied on this node, and the highest
+	// one this node applies (see cohort.raft.v1.LogFormat).
+	LogFormat        uint32 `protobuf:"varint,12,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	AppliesLogFormat uint32 `protobuf:"varint,13,opt,name=applies_log_format,json=appliesLogFormat,proto3" json:"applies_log_format,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -342,6 +346,20 @@ func (x *StatusResponse) GetNotReady() []string {
 	return nil
 }
 
+func (x *StatusResponse) GetLogFormat() uint32 {
+	if x != nil {
+		return x.LogFormat
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetAppliesLogFormat() uint32 {
+	if x != nil {
+		return x.AppliesLogFormat
+	}
+	return 0
+}
+
 // JoinRequest asks a node to add the sender as a voter (forwarded to the
 // leader). Joining again with the same id and address is a no-op.
 type JoinRequest struct {
@@ -352,8 +370,10 @@ type JoinRequest struct {
 	KafkaAddr  string                 `protobuf:"bytes,4,opt,name=kafka_addr,json=kafkaAddr,proto3" json:"kafka_addr,omitempty"`
 	// Kafka listeners by security protocol name and advertised address.
 	KafkaListeners map[string]string `protobuf:"bytes,5,rep,name=kafka_listeners,json=kafkaListeners,proto3" json:"kafka_listeners,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The highest Raft log format the node applies (NodeRegister.log_format).
+	LogFormat     uint32 `protobuf:"varint,6,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
@@ -419,6 +439,13 @@ func (x *JoinRequest) GetKafkaListeners() map[string]string {
 		return x.KafkaListeners
 	}
 	return nil
+}
+
+func (x *JoinRequest) GetLogFormat() uint32 {
+	if x != nil {
+		return x.LogFormat
+	}
+	return 0
 }
 
 type JoinResponse struct {
@@ -697,7 +724,7 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12\x1a\n" +
 	"\bsuffrage\x18\x05 \x01(\tR\bsuffrage\x12\x16\n" +
 	"\x06leader\x18\x06 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\xd1\x02\n" +
+	"\rStatusRequest\"\x9e\x03\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -710,7 +737,10 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05error\x18\t \x01(\tR\x05error\x12\x14\n" +
 	"\x05ready\x18\n" +
 	" \x01(\bR\x05ready\x12\x1b\n" +
-	"\tnot_ready\x18\v \x03(\tR\bnotReady\"\xa3\x02\n" +
+	"\tnot_ready\x18\v \x03(\tR\bnotReady\x12\x1d\n" +
+	"\n" +
+	"log_format\x18\f \x01(\rR\tlogFormat\x12,\n" +
+	"\x12applies_log_format\x18\r \x01(\rR\x10appliesLogFormat\"\xc2\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
@@ -718,7 +748,9 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"remoteAddr\x12\x1d\n" +
 	"\n" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12[\n" +
-	"\x0fkafka_listeners\x18\x05 \x03(\v22.cohort.cluster.v1.JoinRequest.KafkaListenersEntryR\x0ekafkaListeners\x1aA\n" +
+	"\x0fkafka_listeners\x18\x05 \x03(\v22.cohort.cluster.v1.JoinRequest.KafkaListenersEntryR\x0ekafkaListeners\x12\x1d\n" +
+	"\n" +
+	"log_format\x18\x06 \x01(\rR\tlogFormat\x1aA\n" +
 	"\x13KafkaListenersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x01\n" +

@@ -39,6 +39,13 @@ const (
 	CommandType_COMMAND_TYPE_NODE_REGISTER CommandType = 4
 	// payload: NodeRemove
 	CommandType_COMMAND_TYPE_NODE_REMOVE CommandType = 5
+	// payload: another Envelope's encoding compressed with S2's block format
+	// (github.com/klauspost/compress/s2), which is applied as that Envelope;
+	// never itself compressed. Written only once the cluster's log format
+	// (LogFormat) is 2 or more.
+	CommandType_COMMAND_TYPE_COMPRESSED CommandType = 6
+	// payload: LogFormat
+	CommandType_COMMAND_TYPE_LOG_FORMAT CommandType = 7
 	// payload: cohort.security.v1.ScramChange
 	CommandType_COMMAND_TYPE_SCRAM_CHANGE CommandType = 16
 	// payload: cohort.security.v1.AclChange
@@ -54,6 +61,8 @@ var (
 		3:  "COMMAND_TYPE_TOPIC_DELETE",
 		4:  "COMMAND_TYPE_NODE_REGISTER",
 		5:  "COMMAND_TYPE_NODE_REMOVE",
+		6:  "COMMAND_TYPE_COMPRESSED",
+		7:  "COMMAND_TYPE_LOG_FORMAT",
 		16: "COMMAND_TYPE_SCRAM_CHANGE",
 		17: "COMMAND_TYPE_ACL_CHANGE",
 	}
@@ -64,6 +73,8 @@ var (
 		"COMMAND_TYPE_TOPIC_DELETE":  3,
 		"COMMAND_TYPE_NODE_REGISTER": 4,
 		"COMMAND_TYPE_NODE_REMOVE":   5,
+		"COMMAND_TYPE_COMPRESSED":    6,
+		"COMMAND_TYPE_LOG_FORMAT":    7,
 		"COMMAND_TYPE_SCRAM_CHANGE":  16,
 		"COMMAND_TYPE_ACL_CHANGE":    17,
 	}
@@ -390,8 +401,11 @@ type NodeRegister struct {
 	// SASL_PLAINTEXT, SASL_SSL) and advertised address; kafka_addr is the
 	// first one's.
 	KafkaListeners map[string]string `protobuf:"bytes,5,rep,name=kafka_listeners,json=kafkaListeners,proto3" json:"kafka_listeners,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The highest log format the node applies (see LogFormat); 0 from a
+	// version that predates the field, which applies format 1.
+	LogFormat     uint32 `protobuf:"varint,6,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeRegister) Reset() {
@@ -459,6 +473,61 @@ func (x *NodeRegister) GetKafkaListeners() map[string]string {
 	return nil
 }
 
+func (x *NodeRegister) GetLogFormat() uint32 {
+	if x != nil {
+		return x.LogFormat
+	}
+	return 0
+}
+
+// LogFormat raises the cluster's log format: from the entry on, entries may
+// use everything the format allows, and a node that applies only a lower
+// one may not join. It never goes down. Format 1 is plain Envelopes; format
+// 2 adds compressed ones (COMMAND_TYPE_COMPRESSED).
+type LogFormat struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Format        uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogFormat) Reset() {
+	*x = LogFormat{}
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogFormat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogFormat) ProtoMessage() {}
+
+func (x *LogFormat) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogFormat.ProtoReflect.Descriptor instead.
+func (*LogFormat) Descriptor() ([]byte, []int) {
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *LogFormat) GetFormat() uint32 {
+	if x != nil {
+		return x.Format
+	}
+	return 0
+}
+
 type NodeRemove struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -468,7 +537,7 @@ type NodeRemove struct {
 
 func (x *NodeRemove) Reset() {
 	*x = NodeRemove{}
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[6]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +549,7 @@ func (x *NodeRemove) String() string {
 func (*NodeRemove) ProtoMessage() {}
 
 func (x *NodeRemove) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[6]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +562,7 @@ func (x *NodeRemove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRemove.ProtoReflect.Descriptor instead.
 func (*NodeRemove) Descriptor() ([]byte, []int) {
-	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NodeRemove) GetNodeId() string {
@@ -512,6 +581,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Offset
 	//	*SnapshotRecord_Topic
 	//	*SnapshotRecord_Node
+	//	*SnapshotRecord_LogFormat
 	//	*SnapshotRecord_Scram
 	//	*SnapshotRecord_Acl
 	Kind          isSnapshotRecord_Kind `protobuf_oneof:"kind"`
@@ -521,7 +591,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[7]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +603,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[7]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +616,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SnapshotRecord) GetKind() isSnapshotRecord_Kind {
@@ -592,6 +662,15 @@ func (x *SnapshotRecord) GetNode() *NodeRegister {
 	return nil
 }
 
+func (x *SnapshotRecord) GetLogFormat() *LogFormat {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_LogFormat); ok {
+			return x.LogFormat
+		}
+	}
+	return nil
+}
+
 func (x *SnapshotRecord) GetScram() *v11.ScramCredential {
 	if x != nil {
 		if x, ok := x.Kind.(*SnapshotRecord_Scram); ok {
@@ -630,6 +709,11 @@ type SnapshotRecord_Node struct {
 	Node *NodeRegister `protobuf:"bytes,4,opt,name=node,proto3,oneof"`
 }
 
+type SnapshotRecord_LogFormat struct {
+	// Present once the cluster's log format is above 1.
+	LogFormat *LogFormat `protobuf:"bytes,5,opt,name=log_format,json=logFormat,proto3,oneof"`
+}
+
 type SnapshotRecord_Scram struct {
 	Scram *v11.ScramCredential `protobuf:"bytes,16,opt,name=scram,proto3,oneof"`
 }
@@ -645,6 +729,8 @@ func (*SnapshotRecord_Offset) isSnapshotRecord_Kind() {}
 func (*SnapshotRecord_Topic) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Node) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_LogFormat) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Scram) isSnapshotRecord_Kind() {}
 
@@ -674,7 +760,7 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"partitions\x18\x03 \x01(\x05R\n" +
 	"partitions\"!\n" +
 	"\vTopicDelete\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xa2\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xc1\x02\n" +
 	"\fNodeRegister\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
@@ -682,28 +768,36 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"remoteAddr\x12\x1d\n" +
 	"\n" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12Y\n" +
-	"\x0fkafka_listeners\x18\x05 \x03(\v20.cohort.raft.v1.NodeRegister.KafkaListenersEntryR\x0ekafkaListeners\x1aA\n" +
+	"\x0fkafka_listeners\x18\x05 \x03(\v20.cohort.raft.v1.NodeRegister.KafkaListenersEntryR\x0ekafkaListeners\x12\x1d\n" +
+	"\n" +
+	"log_format\x18\x06 \x01(\rR\tlogFormat\x1aA\n" +
 	"\x13KafkaListenersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"%\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"#\n" +
+	"\tLogFormat\x12\x16\n" +
+	"\x06format\x18\x01 \x01(\rR\x06format\"%\n" +
 	"\n" +
 	"NodeRemove\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xe1\x02\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x9d\x03\n" +
 	"\x0eSnapshotRecord\x124\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.cohort.group.v1.GroupRecordH\x00R\x05group\x127\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x123\n" +
 	"\x05topic\x18\x03 \x01(\v2\x1b.cohort.raft.v1.TopicCreateH\x00R\x05topic\x122\n" +
-	"\x04node\x18\x04 \x01(\v2\x1c.cohort.raft.v1.NodeRegisterH\x00R\x04node\x12;\n" +
+	"\x04node\x18\x04 \x01(\v2\x1c.cohort.raft.v1.NodeRegisterH\x00R\x04node\x12:\n" +
+	"\n" +
+	"log_format\x18\x05 \x01(\v2\x19.cohort.raft.v1.LogFormatH\x00R\tlogFormat\x12;\n" +
 	"\x05scram\x18\x10 \x01(\v2#.cohort.security.v1.ScramCredentialH\x00R\x05scram\x122\n" +
 	"\x03acl\x18\x11 \x01(\v2\x1e.cohort.security.v1.AclBindingH\x00R\x03aclB\x06\n" +
-	"\x04kind*\x82\x02\n" +
+	"\x04kind*\xbc\x02\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COMMAND_TYPE_GROUP_WRITES\x10\x01\x12\x1d\n" +
 	"\x19COMMAND_TYPE_TOPIC_CREATE\x10\x02\x12\x1d\n" +
 	"\x19COMMAND_TYPE_TOPIC_DELETE\x10\x03\x12\x1e\n" +
 	"\x1aCOMMAND_TYPE_NODE_REGISTER\x10\x04\x12\x1c\n" +
-	"\x18COMMAND_TYPE_NODE_REMOVE\x10\x05\x12\x1d\n" +
+	"\x18COMMAND_TYPE_NODE_REMOVE\x10\x05\x12\x1b\n" +
+	"\x17COMMAND_TYPE_COMPRESSED\x10\x06\x12\x1b\n" +
+	"\x17COMMAND_TYPE_LOG_FORMAT\x10\a\x12\x1d\n" +
 	"\x19COMMAND_TYPE_SCRAM_CHANGE\x10\x10\x12\x1b\n" +
 	"\x17COMMAND_TYPE_ACL_CHANGE\x10\x11B<Z:github.com/cohort-coord/cohort/proto/cohort/raft/v1;raftpbb\x06proto3"
 
@@ -720,7 +814,7 @@ func file_cohort_raft_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_raft_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_cohort_raft_v1_raft_proto_goTypes = []any{
 	(CommandType)(0),            // 0: cohort.raft.v1.CommandType
 	(*Envelope)(nil),            // 1: cohort.raft.v1.Envelope
@@ -729,33 +823,35 @@ var file_cohort_raft_v1_raft_proto_goTypes = []any{
 	(*TopicCreate)(nil),         // 4: cohort.raft.v1.TopicCreate
 	(*TopicDelete)(nil),         // 5: cohort.raft.v1.TopicDelete
 	(*NodeRegister)(nil),        // 6: cohort.raft.v1.NodeRegister
-	(*NodeRemove)(nil),          // 7: cohort.raft.v1.NodeRemove
-	(*SnapshotRecord)(nil),      // 8: cohort.raft.v1.SnapshotRecord
-	nil,                         // 9: cohort.raft.v1.NodeRegister.KafkaListenersEntry
-	(*v1.Record)(nil),           // 10: cohort.group.v1.Record
-	(*v1.WriteFence)(nil),       // 11: cohort.group.v1.WriteFence
-	(*v1.GroupRecord)(nil),      // 12: cohort.group.v1.GroupRecord
-	(*v1.OffsetRecord)(nil),     // 13: cohort.group.v1.OffsetRecord
-	(*v11.ScramCredential)(nil), // 14: cohort.security.v1.ScramCredential
-	(*v11.AclBinding)(nil),      // 15: cohort.security.v1.AclBinding
+	(*LogFormat)(nil),           // 7: cohort.raft.v1.LogFormat
+	(*NodeRemove)(nil),          // 8: cohort.raft.v1.NodeRemove
+	(*SnapshotRecord)(nil),      // 9: cohort.raft.v1.SnapshotRecord
+	nil,                         // 10: cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	(*v1.Record)(nil),           // 11: cohort.group.v1.Record
+	(*v1.WriteFence)(nil),       // 12: cohort.group.v1.WriteFence
+	(*v1.GroupRecord)(nil),      // 13: cohort.group.v1.GroupRecord
+	(*v1.OffsetRecord)(nil),     // 14: cohort.group.v1.OffsetRecord
+	(*v11.ScramCredential)(nil), // 15: cohort.security.v1.ScramCredential
+	(*v11.AclBinding)(nil),      // 16: cohort.security.v1.AclBinding
 }
 var file_cohort_raft_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: cohort.raft.v1.Envelope.type:type_name -> cohort.raft.v1.CommandType
 	3,  // 1: cohort.raft.v1.GroupWrites.writes:type_name -> cohort.raft.v1.GroupWrite
-	10, // 2: cohort.raft.v1.GroupWrite.records:type_name -> cohort.group.v1.Record
-	11, // 3: cohort.raft.v1.GroupWrite.fence:type_name -> cohort.group.v1.WriteFence
-	9,  // 4: cohort.raft.v1.NodeRegister.kafka_listeners:type_name -> cohort.raft.v1.NodeRegister.KafkaListenersEntry
-	12, // 5: cohort.raft.v1.SnapshotRecord.group:type_name -> cohort.group.v1.GroupRecord
-	13, // 6: cohort.raft.v1.SnapshotRecord.offset:type_name -> cohort.group.v1.OffsetRecord
+	11, // 2: cohort.raft.v1.GroupWrite.records:type_name -> cohort.group.v1.Record
+	12, // 3: cohort.raft.v1.GroupWrite.fence:type_name -> cohort.group.v1.WriteFence
+	10, // 4: cohort.raft.v1.NodeRegister.kafka_listeners:type_name -> cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	13, // 5: cohort.raft.v1.SnapshotRecord.group:type_name -> cohort.group.v1.GroupRecord
+	14, // 6: cohort.raft.v1.SnapshotRecord.offset:type_name -> cohort.group.v1.OffsetRecord
 	4,  // 7: cohort.raft.v1.SnapshotRecord.topic:type_name -> cohort.raft.v1.TopicCreate
 	6,  // 8: cohort.raft.v1.SnapshotRecord.node:type_name -> cohort.raft.v1.NodeRegister
-	14, // 9: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
-	15, // 10: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	7,  // 9: cohort.raft.v1.SnapshotRecord.log_format:type_name -> cohort.raft.v1.LogFormat
+	15, // 10: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
+	16, // 11: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_cohort_raft_v1_raft_proto_init() }
@@ -763,11 +859,12 @@ func file_cohort_raft_v1_raft_proto_init() {
 	if File_cohort_raft_v1_raft_proto != nil {
 		return
 	}
-	file_cohort_raft_v1_raft_proto_msgTypes[7].OneofWrappers = []any{
+	file_cohort_raft_v1_raft_proto_msgTypes[8].OneofWrappers = []any{
 		(*SnapshotRecord_Group)(nil),
 		(*SnapshotRecord_Offset)(nil),
 		(*SnapshotRecord_Topic)(nil),
 		(*SnapshotRecord_Node)(nil),
+		(*SnapshotRecord_LogFormat)(nil),
 		(*SnapshotRecord_Scram)(nil),
 		(*SnapshotRecord_Acl)(nil),
 	}
@@ -777,7 +874,7 @@ func file_cohort_raft_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_raft_v1_raft_proto_rawDesc), len(file_cohort_raft_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

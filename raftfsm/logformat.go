@@ -1,0 +1,98 @@
+package raftfsm
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/klauspost/compress/s2"
+	"google.golang.org/protobuf/proto"
+
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+)
+
+// Log formats. The cluster's format (FSM.LogFormat) says what entries may
+// use; it starts at 1 and only goes up, by a LOG_FORMAT entry the leader
+// writes once every voter has registered a format at least as high (see
+// Node.RaiseLogFormat). A node that applies only a lower format may then no
+// longer join, and a node restarted with an older version stops at the
+// first entry it cannot apply (the FSM halts) rather than diverge.
+const (
+	// LogFormatPlain: every entry is a plain Envelope.
+	LogFormatPlain uint32 = 1
+	// LogFormatCompressed: an entry may be an Envelope compressed with S2
+	// (COMMAND_TYPE_COMPRESSED). Batches of group writes are: a commit's
+	// group id, member id and topic repeat across a batch, and compressing
+	// halves what every node writes to its log (bolt rewrites a leaf of
+	// several entries on every append) and sends to its followers.
+	LogFormatCompressed uint32 = 2
+	// LogFormat is the highest format this version applies and writes.
+	LogFormat = LogFormatCompressed
+)
+
+const (
+	// compressMin is the smallest entry worth compressing.
+	compressMin = 512
+	// maxDecompressed bounds a compressed entry's decoded size; the leader
+	// does not compress a larger one.
+	maxDecompressed = 64 << 20
+)
+
+// ErrIncompatibleNode: a node that applies only a lower log format than the
+// cluster's asked to join.
+var ErrIncompatibleNode = errors.New("node applies an older log format than the cluster writes")
+
+// registeredFormat is the log format a registration says its node applies.
+func registeredFormat(r *raftpb.NodeRegister) uint32 {
+	return max(r.GetLogFormat(), LogFormatPlain)
+}
+
+// LogFormat returns the cluster's log format as of the entries applied.
+func (f *FSM) LogFormat() uint32 { return max(f.format.Load(), LogFormatPlain) }
+
+func (f *FSM) applyLogFormat(payload []byte) *ApplyResult {
+	var m raftpb.LogFormat
+	if err := proto.Unmarshal(payload, &m); err != nil {
+		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
+	}
+	if m.GetFormat() > LogFormat {
+		// Entries after this one may be of a kind this version cannot read.
+		return &ApplyResult{Err: fmt.Errorf("%w: %w", ErrBadCommand, f.haltOn(fmt.Sprintf("log format %d (this version applies up to %d)", m.GetFormat(), LogFormat)))}
+	}
+	f.mu.Lock()
+	if m.GetFormat() > f.format.Load() {
+		f.format.Store(m.GetFormat())
+	}
+	f.mu.Unlock()
+	return &ApplyResult{}
+}
+
+// compressEntry returns the COMPRESSED entry holding data (an Envelope's
+// encoding), or nil when compressing does not pay: data is small, too
+// large, or does not shrink by an eighth. buf is scratch the caller keeps.
+func compressEntry(data []byte, buf *[]byte) []byte {
+	if len(data) < compressMin || len(data) > maxDecompressed {
+		return nil
+	}
+	if n := s2.MaxEncodedLen(len(data)); cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	c := s2.Encode((*buf)[:cap(*buf)], data)
+	if len(c) > len(data)-len(data)/8 {
+		return nil
+	}
+	out := appendEnvelope(raftpb.CommandType_COMMAND_TYPE_COMPRESSED, len(c))
+	return append(out, c...)
+}
+
+// decompressEntry returns the Envelope encoding a COMPRESSED entry's
+// payload holds.
+func decompressEntry(payload []byte) ([]byte, error) {
+	n, err := s2.DecodedLen(payload)
+	if err != nil {
+		return nil, err
+	}
+	if n > maxDecompressed {
+		return nil, fmt.Errorf("decompresses to %d bytes (at most %d)", n, maxDecompressed)
+	}
+	return s2.Decode(make([]byte, n), payload)
+}
