@@ -55,6 +55,7 @@ func TestCompressedEntriesApplyAsPlain(t *testing.T) {
 	if c == nil || len(c) > len(data)/2 {
 		t.Fatalf("400 commits: %d bytes compressed to %d", len(data), len(c))
 	}
+	t.Logf("400 commits: %d bytes, compressed %d", len(data), len(c))
 	plain, packed := NewFSM(catalog.New(), quiet), NewFSM(catalog.New(), quiet)
 	pr, cr := applyAt(plain, 1, data), applyAt(packed, 1, c)
 	if pr.Err != nil || cr.Err != nil || len(pr.Errs) != 400 || len(cr.Errs) != 400 {
