@@ -480,7 +480,8 @@ type owner struct {
 	member    string
 }
 
-func compareOwned(a, b owner) int {
+// compareOwners orders owners by topic, then partition.
+func compareOwners(a, b owner) int {
 	return cmp.Or(bytes.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 }
 
@@ -489,15 +490,6 @@ func compareOwned(a, b owner) int {
 // A partition in several assignments is the last one's (in ms's order); an
 // assignment that does not decode owns nothing.
 func owners(ms []memberAssignment) []owner {
-	n := 0
-	for _, m := range ms {
-		if len(m.assignment) > 0 {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil
-	}
 	var out []owner
 	for _, m := range ms {
 		if len(m.assignment) == 0 {
@@ -512,10 +504,10 @@ func owners(ms []memberAssignment) []owner {
 			out = out[:start]
 		}
 	}
-	slices.SortStableFunc(out, compareOwned)
+	slices.SortStableFunc(out, compareOwners)
 	kept := out[:0]
 	for i, o := range out {
-		if i+1 < len(out) && compareOwned(o, out[i+1]) == 0 {
+		if i+1 < len(out) && compareOwners(o, out[i+1]) == 0 {
 			continue // a later member's claim wins
 		}
 		kept = append(kept, o)
@@ -555,7 +547,7 @@ func eachMove(before, after []owner, f func(o owner, from, to string)) {
 		case j == len(after):
 			c = -1
 		default:
-			c = compareOwned(before[i], after[j])
+			c = compareOwners(before[i], after[j])
 		}
 		switch {
 		case c < 0:
