@@ -18,6 +18,7 @@ import (
 	"github.com/cohort-coord/cohort/actors"
 	"github.com/cohort-coord/cohort/coordinator"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	"github.com/cohort-coord/cohort/raftfsm"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -167,6 +168,33 @@ func TestRemoteClientProcess(t *testing.T) {
 		t.Fatalf("describe after leave: %v", d)
 	}
 	t.Log("remote client: ok")
+}
+
+// A node registers the log format it agrees to: a single node raises its
+// cluster's format to the newest at once, and one pinned to format 1
+// (--raft-log-format 1, for a rollback during an upgrade) keeps it there
+// and writes plain entries.
+func TestLogFormatPin(t *testing.T) {
+	for _, pin := range []uint32{0, raftfsm.LogFormatPlain} {
+		n := startNode(t, false, func(c *Config) { c.Raft.LogFormat = pin })
+		want := raftfsm.LogFormat
+		if pin != 0 {
+			want = pin
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for n.Raft().FSM.LogFormat() != want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		reg, ok := n.Raft().FSM.Node(n.Raft().ID())
+		if got := n.Raft().FSM.LogFormat(); got != want || !ok || reg.GetLogFormat() != want {
+			t.Fatalf("pinned to %d: cluster format %d, registered %v", pin, got, reg)
+		}
+		// Stays: a registration of the pinned format raises nothing.
+		time.Sleep(200 * time.Millisecond)
+		if got := n.Raft().FSM.LogFormat(); got != want {
+			t.Fatalf("pinned to %d: the format became %d", pin, got)
+		}
+	}
 }
 
 func TestDataDirIsLocked(t *testing.T) {

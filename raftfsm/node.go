@@ -52,6 +52,12 @@ type Config struct {
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
+	// LogFormat is the highest log format this node registers (0:
+	// LogFormat, the newest this version applies). 1 keeps the cluster
+	// writing plain entries, so that every node can still be rolled back
+	// to a version that predates log formats; registering the newest again
+	// (a restart without it) lets the format rise.
+	LogFormat uint32
 	// LogCache is how many of the most recent log entries are kept in
 	// memory as well as in the log file (0: DefaultLogCache; negative: none).
 	// A leader reads every entry back once per follower to send it, and a
@@ -126,6 +132,9 @@ type Node struct {
 func Open(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.LogFormat > LogFormat {
+		return nil, fmt.Errorf("log format %d: this version writes formats %d to %d", cfg.LogFormat, LogFormatPlain, LogFormat)
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft dir: %w", err)
@@ -337,6 +346,14 @@ func (n *Node) ProposeTopic(ctx context.Context, cmd catalog.Command) error {
 		return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_TOPIC_DELETE, &raftpb.TopicDelete{Name: c.Name})
 	}
 	return fmt.Errorf("%w: catalog command %T", ErrBadCommand, cmd)
+}
+
+// LogFormat is the log format this node registers (Config.LogFormat).
+func (n *Node) LogFormat() uint32 {
+	if n.cfg.LogFormat == 0 {
+		return LogFormat
+	}
+	return n.cfg.LogFormat
 }
 
 // Register records (or updates) how to reach a node and the log format it

@@ -15,12 +15,14 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/cohort-coord/cohort/kafka"
 	"github.com/cohort-coord/cohort/node"
+	"github.com/cohort-coord/cohort/raftfsm"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
@@ -76,6 +78,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.DurationVar(&r.SnapshotInterval, "raft-snapshot-interval", r.SnapshotInterval, "how often Raft checks whether to snapshot (0: hashicorp/raft's 120s)")
 	fs.Uint64Var(&r.SnapshotThreshold, "raft-snapshot-threshold", r.SnapshotThreshold, "log entries since the last snapshot that trigger one (0: hashicorp/raft's 8192)")
 	fs.Uint64Var(&r.TrailingLogs, "raft-trailing-logs", r.TrailingLogs, "log entries kept after a snapshot; a follower further behind installs the snapshot (0: hashicorp/raft's 10240)")
+	fs.Var(logFormatFlag{&r.LogFormat}, "raft-log-format", fmt.Sprintf("highest Raft log format this node agrees to, %d to %d (0: the newest, %d); %d keeps the cluster's log readable by versions before log formats, for a rollback during an upgrade", raftfsm.LogFormatPlain, raftfsm.LogFormat, raftfsm.LogFormat, raftfsm.LogFormatPlain))
 	k := &cfg.Kafka
 	fs.StringVar(&k.Addr, "kafka-addr", k.Addr, "host:port of the Kafka protocol listener; port 0 picks a free port")
 	fs.StringVar(&k.AdvertisedAddr, "kafka-advertised-addr", k.AdvertisedAddr, "host:port that Metadata and FindCoordinator tell clients (default: the bound address)")
@@ -187,6 +190,26 @@ func (f clientAuthFlag) Set(v string) error {
 }
 
 // peerAddrsFlag is --raft-peer-addrs: id=host:port pairs separated by commas.
+// logFormatFlag is --raft-log-format: 0 (the newest) or a format this
+// version writes.
+type logFormatFlag struct{ v *uint32 }
+
+func (f logFormatFlag) String() string {
+	if f.v == nil {
+		return "0"
+	}
+	return strconv.FormatUint(uint64(*f.v), 10)
+}
+
+func (f logFormatFlag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || n > uint64(raftfsm.LogFormat) {
+		return fmt.Errorf("want 0 (the newest) or a log format from %d to %d", raftfsm.LogFormatPlain, raftfsm.LogFormat)
+	}
+	*f.v = uint32(n)
+	return nil
+}
+
 type peerAddrsFlag struct{ m *map[string]string }
 
 func (f peerAddrsFlag) String() string {

@@ -154,6 +154,22 @@ func TestRaftPeerAddrsAndSnapshotFlags(t *testing.T) {
 	}
 }
 
+func TestRaftLogFormatFlag(t *testing.T) {
+	cfg, _, err := parseConfig(nil, env(map[string]string{"COHORT_RAFT_LOG_FORMAT": "1"}), &bytes.Buffer{})
+	if err != nil || cfg.Raft.LogFormat != 1 {
+		t.Fatalf("COHORT_RAFT_LOG_FORMAT=1: %v, format %d", err, cfg.Raft.LogFormat)
+	}
+	if cfg, _, err = parseConfig(nil, env(nil), &bytes.Buffer{}); err != nil || cfg.Raft.LogFormat != 0 {
+		t.Fatalf("default: %v, format %d", err, cfg.Raft.LogFormat)
+	}
+	for _, bad := range []string{"3", "-1", "two"} {
+		var out bytes.Buffer
+		if code := run([]string{"--raft-log-format", bad}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "raft-log-format") {
+			t.Errorf("--raft-log-format %q: exit %d, output %q", bad, code, out.String())
+		}
+	}
+}
+
 func TestNoSeededBugsInANormalBuild(t *testing.T) {
 	if seededbug.Enabled {
 		t.Skip("a seededbugs build")
