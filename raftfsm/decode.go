@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"errors"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -21,7 +22,17 @@ import (
 // protobuf merges, or bytes proto.Unmarshal would refuse) sends the whole
 // payload to proto.Unmarshal, so the result is always what it would give.
 func decodeGroupWrites(b []byte) (*raftpb.GroupWrites, error) {
-	if ws, ok := fastGroupWrites(b); ok {
+	var d writeDecoder
+	return d.decode(b)
+}
+
+// decode is decodeGroupWrites into d's arrays, which the next decode
+// reuses: the writes, records and fences it returns are valid until then
+// (the committed offsets, allocated one by one, and every string are not
+// d's). A replica's FSM decodes each entry with one decoder, so a batch of
+// commits allocates its offsets and little else.
+func (d *writeDecoder) decode(b []byte) (*raftpb.GroupWrites, error) {
+	if ws, ok := d.fast(b); ok {
 		return ws, nil
 	}
 	var ws raftpb.GroupWrites
@@ -31,21 +42,43 @@ func decodeGroupWrites(b []byte) (*raftpb.GroupWrites, error) {
 	return &ws, nil
 }
 
+// fastGroupWrites decodes b by hand with a decoder of its own (tests).
+func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
+	var d writeDecoder
+	return d.fast(b)
+}
+
 // writeDecoder carves the messages of one payload out of arrays sized by a
-// first pass over it.
+// first pass over it, and kept for the next payload.
 type writeDecoder struct {
-	writes  []raftpb.GroupWrite
-	ptrs    []*pb.Record // nptrs of them filled
-	nptrs   int
-	records []pb.Record
-	kinds   []pb.Record_Offset
-	fences  []pb.WriteFence
+	writes     []raftpb.GroupWrite
+	ptrs       []*pb.Record // nptrs of them filled
+	nptrs      int
+	recordsBuf []pb.Record
+	kindsBuf   []pb.Record_Offset
+	fencesBuf  []pb.WriteFence
+	writePtrs  []*raftpb.GroupWrite
+	records    []pb.Record // what is left of recordsBuf
+	kinds      []pb.Record_Offset
+	fences     []pb.WriteFence
 	// The last group id and topic decoded: the offsets of one write (and
-	// of one topic) share them instead of holding copies.
+	// of one topic, and of the next payload) share them instead of holding
+	// copies.
 	group, topic string
 }
 
-func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
+// reuse returns s emptied and of length n, in s's array when it is large
+// enough.
+func reuse[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
+func (d *writeDecoder) fast(b []byte) (*raftpb.GroupWrites, bool) {
 	var nw, nr, nf int
 	for rest := b; len(rest) > 0; {
 		num, typ, _, w, ok := nextField(&rest)
@@ -59,14 +92,11 @@ func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
 		}
 		nr, nf = nr+records, nf+fences
 	}
-	d := writeDecoder{
-		writes:  make([]raftpb.GroupWrite, nw),
-		ptrs:    make([]*pb.Record, nr),
-		records: make([]pb.Record, nr),
-		kinds:   make([]pb.Record_Offset, nr),
-		fences:  make([]pb.WriteFence, nf),
-	}
-	ws := &raftpb.GroupWrites{Writes: make([]*raftpb.GroupWrite, nw)}
+	d.writes, d.ptrs, d.nptrs = reuse(d.writes, nw), reuse(d.ptrs, nr), 0
+	d.recordsBuf, d.kindsBuf, d.fencesBuf = reuse(d.recordsBuf, nr), reuse(d.kindsBuf, nr), reuse(d.fencesBuf, nf)
+	d.records, d.kinds, d.fences = d.recordsBuf, d.kindsBuf, d.fencesBuf
+	d.writePtrs = reuse(d.writePtrs, nw)
+	ws := &raftpb.GroupWrites{Writes: d.writePtrs}
 	for i := range nw {
 		_, _, _, w, _ := nextField(&b)
 		ws.Writes[i] = &d.writes[i]
@@ -282,4 +312,61 @@ func validString(b []byte) (string, bool) {
 		return "", false
 	}
 	return string(b), true
+}
+
+// envelopeView is an Envelope's fields, the payload pointing into the bytes it
+// was parsed from.
+type envelopeView struct {
+	typ       raftpb.CommandType
+	version   uint32
+	payload   []byte
+	ignorable bool
+}
+
+// parseEnvelope is proto.Unmarshal of an Envelope without the copy of its
+// payload (an entry's whole content): the same fields, the same errors.
+// Fields it does not know, or of another wire type than their own, are
+// skipped, as protobuf keeps them as unknown fields.
+func parseEnvelope(b []byte) (envelopeView, error) {
+	var e envelopeView
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return envelopeView{}, protowire.ParseError(n)
+		}
+		if num > protowire.MaxValidNumber {
+			return envelopeView{}, errors.New("field number out of range")
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType && (num == 1 || num == 2 || num == 4):
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return envelopeView{}, protowire.ParseError(m)
+			}
+			b = b[m:]
+			switch num {
+			case 1:
+				e.typ = raftpb.CommandType(int32(v))
+			case 2:
+				e.version = uint32(v)
+			default:
+				e.ignorable = protowire.DecodeBool(v)
+			}
+		case typ == protowire.BytesType && num == 3:
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return envelopeView{}, protowire.ParseError(m)
+			}
+			b = b[m:]
+			e.payload = v
+		default:
+			m := protowire.ConsumeFieldValue(num, typ, b)
+			if m < 0 {
+				return envelopeView{}, protowire.ParseError(m)
+			}
+			b = b[m:]
+		}
+	}
+	return e, nil
 }

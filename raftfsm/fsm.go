@@ -77,6 +77,11 @@ type FSM struct {
 	// format is the cluster's log format (LogFormat; 0 reads as 1),
 	// changed under mu on the apply goroutine, read without it.
 	format atomic.Uint32
+	// The apply goroutine's scratch (Apply is called from one goroutine,
+	// raft's): the decoder of group writes and the buffer compressed
+	// entries are inflated into, both reused from entry to entry.
+	dec      writeDecoder
+	inflated []byte
 	// beforeApply, set by tests only, runs before each entry is applied.
 	beforeApply atomic.Pointer[func()]
 }
@@ -126,32 +131,34 @@ func (f *FSM) applyEntry(l *raft.Log) *ApplyResult {
 // applyEnvelope applies one Envelope's encoding: an entry's data, or what a
 // COMPRESSED entry holds (inner: which is never compressed again).
 func (f *FSM) applyEnvelope(index uint64, data []byte, inner bool) *ApplyResult {
-	var env raftpb.Envelope
-	if err := proto.Unmarshal(data, &env); err != nil {
+	env, err := parseEnvelope(data)
+	if err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: entry %d: %v", ErrBadCommand, index, err)}
 	}
-	if env.GetType() == raftpb.CommandType_COMMAND_TYPE_COMPRESSED && env.GetVersion() == CommandVersion {
+	if env.typ == raftpb.CommandType_COMMAND_TYPE_COMPRESSED && env.version == CommandVersion {
 		if inner {
 			return &ApplyResult{Err: fmt.Errorf("%w: entry %d: compressed twice", ErrBadCommand, index)}
 		}
-		d, err := decompressEntry(env.GetPayload())
+		// Into the apply goroutine's buffer: no apply function keeps any
+		// of its payload's bytes (strings and protobuf's bytes are copies).
+		d, err := decompressEntry(env.payload, &f.inflated)
 		if err != nil {
 			return &ApplyResult{Err: fmt.Errorf("%w: entry %d: compressed: %v", ErrBadCommand, index, err)}
 		}
 		return f.applyEnvelope(index, d, true)
 	}
-	apply, ok := applyTable[env.GetType()]
-	if !ok || env.GetVersion() != CommandVersion {
-		err := fmt.Errorf("%w: entry %d: type %v version %d", ErrBadCommand, index, env.GetType(), env.GetVersion())
-		if env.GetIgnorable() || env.GetType() == raftpb.CommandType_COMMAND_TYPE_UNSPECIFIED {
+	apply, ok := applyTable[env.typ]
+	if !ok || env.version != CommandVersion {
+		err := fmt.Errorf("%w: entry %d: type %v version %d", ErrBadCommand, index, env.typ, env.version)
+		if env.ignorable || env.typ == raftpb.CommandType_COMMAND_TYPE_UNSPECIFIED {
 			// No version writes an entry without a type: it is garbage, not
 			// a newer command, and refused like bytes that are no envelope.
-			f.log.Warn("skipping an ignorable entry this version cannot apply", "index", index, "type", env.GetType(), "version", env.GetVersion())
+			f.log.Warn("skipping an ignorable entry this version cannot apply", "index", index, "type", env.typ, "version", env.version)
 			return &ApplyResult{Err: err}
 		}
-		return &ApplyResult{Err: fmt.Errorf("%w: %w", err, f.haltOn(fmt.Sprintf("entry %d: type %v version %d", index, env.GetType(), env.GetVersion())))}
+		return &ApplyResult{Err: fmt.Errorf("%w: %w", err, f.haltOn(fmt.Sprintf("entry %d: type %v version %d", index, env.typ, env.version)))}
 	}
-	return apply(f, env.GetPayload())
+	return apply(f, env.payload)
 }
 
 // haltOn stops the FSM at an entry this version cannot apply and may not
@@ -186,7 +193,7 @@ func (f *FSM) proposed(data []byte, ws *raftpb.GroupWrites) {
 func (f *FSM) forget(data []byte) { f.own.Delete(unsafe.SliceData(data)) }
 
 func (f *FSM) applyGroupWrites(payload []byte) *ApplyResult {
-	ws, err := decodeGroupWrites(payload)
+	ws, err := f.dec.decode(payload)
 	if err != nil {
 		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
 	}

@@ -85,8 +85,8 @@ func compressEntry(data []byte, buf *[]byte) []byte {
 }
 
 // decompressEntry returns the Envelope encoding a COMPRESSED entry's
-// payload holds.
-func decompressEntry(payload []byte) ([]byte, error) {
+// payload holds, in *buf (grown as needed, valid until the next call).
+func decompressEntry(payload []byte, buf *[]byte) ([]byte, error) {
 	n, err := s2.DecodedLen(payload)
 	if err != nil {
 		return nil, err
@@ -94,5 +94,8 @@ func decompressEntry(payload []byte) ([]byte, error) {
 	if n > maxDecompressed {
 		return nil, fmt.Errorf("decompresses to %d bytes (at most %d)", n, maxDecompressed)
 	}
-	return s2.Decode(make([]byte, n), payload)
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	return s2.Decode((*buf)[:n], payload)
 }

@@ -274,3 +274,92 @@ func TestLogFormatRaisedWhenEveryVoterApplies(t *testing.T) {
 		t.Fatalf("voters %v after a refused join", voters)
 	}
 }
+
+// A replica decodes every entry into the same reused arrays and inflates
+// compressed ones into the same buffer: a long run of entries of every
+// size, plain and compressed, leaves the state the leader's (which applies
+// its own entries from the messages it encoded) has, entry after entry.
+func TestDecodedEntriesReuseNothingTheyKeep(t *testing.T) {
+	own, decoded := NewFSM(catalog.New(), quiet), NewFSM(catalog.New(), quiet)
+	var buf []byte
+	for i := range 60 {
+		var ws []*raftpb.GroupWrite
+		for j := range 1 + (i*37)%300 {
+			g := fmt.Sprintf("g%03d", (i*7+j)%90)
+			ws = append(ws, writeOf(g, nil, offsetRecord(g, fmt.Sprintf("topic-%d", j%3), int32(j%5), int64(i*1000+j))))
+			if j%50 == 0 {
+				ws = append(ws, writeOf(g, nil, groupRecord(g, int32(i+1), fmt.Sprintf("m%d", i), fmt.Sprintf("n%d", j))))
+			}
+		}
+		data, msgs, failed := encodeGroupWrites(ws)
+		if failed != nil {
+			t.Fatal(failed)
+		}
+		if i%2 == 0 {
+			if c := compressEntry(data, &buf); c != nil {
+				data = c
+			}
+		}
+		own.proposed(data, msgs)
+		r1 := own.Apply(&raft.Log{Index: uint64(i + 1), Data: data}).(*ApplyResult)
+		r2 := decoded.Apply(&raft.Log{Index: uint64(i + 1), Data: slices.Clone(data)}).(*ApplyResult)
+		if r1.Err != nil || r2.Err != nil || len(r1.Errs) != len(r2.Errs) {
+			t.Fatalf("entry %d: %v / %v", i, r1.Err, r2.Err)
+		}
+		if own.Hash() != decoded.Hash() {
+			t.Fatalf("entry %d: the decoded state differs from the leader's", i)
+		}
+	}
+}
+
+// parseEnvelope reads what proto.Unmarshal reads, and refuses what it
+// refuses.
+func TestParseEnvelopeMatchesProto(t *testing.T) {
+	for _, b := range envelopeSeeds(t) {
+		sameEnvelope(t, b)
+	}
+}
+
+func FuzzParseEnvelope(f *testing.F) {
+	for _, b := range envelopeSeeds(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { sameEnvelope(t, b) })
+}
+
+func envelopeSeeds(t testing.TB) [][]byte {
+	var out [][]byte
+	for _, e := range []*raftpb.Envelope{
+		{},
+		{Type: raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, Version: CommandVersion, Payload: []byte("payload")},
+		{Type: raftpb.CommandType_COMMAND_TYPE_COMPRESSED, Version: 7, Ignorable: true},
+		{Type: raftpb.CommandType(-3), Version: 1 << 31, Payload: []byte{}},
+	} {
+		b, err := proto.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	twice := append(slices.Clone(out[1]), out[2]...)                      // fields given twice: the last wins
+	unknown := append(slices.Clone(out[1]), 0x2a, 0x01, 0x00, 0x30, 0x05) // field 5 (bytes), field 6 (varint)
+	wrongType := append(slices.Clone(out[1]), 0x0a, 0x01, 0x07)           // field 1 as bytes: unknown
+	group := append(slices.Clone(out[1]), 0x3b, 0x08, 0x01, 0x3c)         // a group, field 7
+	return append(out, twice, unknown, wrongType, group, []byte{0x1a, 0x05, 0x01}, []byte{0x08}, []byte{0x00}, []byte{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+}
+
+func sameEnvelope(t *testing.T, b []byte) {
+	t.Helper()
+	var want raftpb.Envelope
+	wantErr := proto.Unmarshal(b, &want)
+	got, err := parseEnvelope(b)
+	if (err != nil) != (wantErr != nil) {
+		t.Fatalf("%x: parseEnvelope %v, proto.Unmarshal %v", b, err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	if got.typ != want.GetType() || got.version != want.GetVersion() || got.ignorable != want.GetIgnorable() || !bytes.Equal(got.payload, want.GetPayload()) {
+		t.Fatalf("%x: parseEnvelope %+v, proto.Unmarshal %v", b, got, &want)
+	}
+}
