@@ -51,16 +51,14 @@ func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
 // writeDecoder carves the messages of one payload out of arrays sized by a
 // first pass over it, and kept for the next payload.
 type writeDecoder struct {
-	writes     []raftpb.GroupWrite
-	ptrs       []*pb.Record // nptrs of them filled
-	nptrs      int
-	recordsBuf []pb.Record
-	kindsBuf   []pb.Record_Offset
-	fencesBuf  []pb.WriteFence
-	writePtrs  []*raftpb.GroupWrite
-	records    []pb.Record // what is left of recordsBuf
-	kinds      []pb.Record_Offset
-	fences     []pb.WriteFence
+	writes    []raftpb.GroupWrite
+	writePtrs []*raftpb.GroupWrite
+	ptrs      []*pb.Record // nptrs of them filled
+	records   []pb.Record
+	kinds     []pb.Record_Offset
+	fences    []pb.WriteFence
+	// How many of ptrs, records, kinds and fences are taken.
+	nptrs, nrecords, nkinds, nfences int
 	// The last group id and topic decoded: the offsets of one write (and
 	// of one topic, and of the next payload) share them instead of holding
 	// copies.
@@ -92,10 +90,9 @@ func (d *writeDecoder) fast(b []byte) (*raftpb.GroupWrites, bool) {
 		}
 		nr, nf = nr+records, nf+fences
 	}
-	d.writes, d.ptrs, d.nptrs = reuse(d.writes, nw), reuse(d.ptrs, nr), 0
-	d.recordsBuf, d.kindsBuf, d.fencesBuf = reuse(d.recordsBuf, nr), reuse(d.kindsBuf, nr), reuse(d.fencesBuf, nf)
-	d.records, d.kinds, d.fences = d.recordsBuf, d.kindsBuf, d.fencesBuf
-	d.writePtrs = reuse(d.writePtrs, nw)
+	d.writes, d.writePtrs, d.ptrs = reuse(d.writes, nw), reuse(d.writePtrs, nw), reuse(d.ptrs, nr)
+	d.records, d.kinds, d.fences = reuse(d.records, nr), reuse(d.kinds, nr), reuse(d.fences, nf)
+	d.nptrs, d.nrecords, d.nkinds, d.nfences = 0, 0, 0, 0
 	ws := &raftpb.GroupWrites{Writes: d.writePtrs}
 	for i := range nw {
 		_, _, _, w, _ := nextField(&b)
@@ -138,16 +135,16 @@ func (d *writeDecoder) write(w *raftpb.GroupWrite, b []byte) bool {
 				return false
 			}
 		case 2:
-			r := &d.records[0]
-			d.records = d.records[1:]
+			r := &d.records[d.nrecords]
+			d.nrecords++
 			if !d.record(r, v) {
 				return false
 			}
 			d.ptrs[d.nptrs] = r
 			d.nptrs++
 		case 3:
-			f := &d.fences[0]
-			d.fences = d.fences[1:]
+			f := &d.fences[d.nfences]
+			d.nfences++
 			if !decodeFence(f, v) {
 				return false
 			}
@@ -183,8 +180,8 @@ func (d *writeDecoder) record(r *pb.Record, b []byte) bool {
 		if !d.offset(o, v) {
 			return false
 		}
-		k := &d.kinds[0]
-		d.kinds = d.kinds[1:]
+		k := &d.kinds[d.nkinds]
+		d.nkinds++
 		k.Offset = o
 		r.Kind = k
 		return true
