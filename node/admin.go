@@ -140,10 +140,8 @@ func (n *Node) status() *clusterpb.StatusResponse {
 		AppliedIndex: r.AppliedIndex(),
 		CommitIndex:  num("commit_index"),
 		FsmHash:      n.raft.FSM.Hash(),
-		LogFormat:    n.raft.FSM.LogFormat(),
-
-		AppliesLogFormat: raftfsm.LogFormat,
 	}
+	resp.LogFormat, resp.AppliesLogFormat = n.raft.FSM.LogFormat(), n.raft.AgreedLogFormat()
 	ready := n.Readiness()
 	resp.Ready, resp.NotReady = ready.Ready(), ready.Failing()
 	f := r.GetConfiguration()

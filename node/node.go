@@ -401,7 +401,7 @@ func (n *Node) onLeader() {
 func (n *Node) self() *raftpb.NodeRegister {
 	listeners := n.advertisedListeners()
 	return &raftpb.NodeRegister{NodeId: n.raft.ID(), RaftAddr: n.raft.Addr(), RemoteAddr: n.remoteAddr,
-		KafkaAddr: listeners[n.firstListener()], KafkaListeners: listeners, LogFormat: n.raft.LogFormat()}
+		KafkaAddr: listeners[n.firstListener()], KafkaListeners: listeners, LogFormat: n.raft.AgreedLogFormat()}
 }
 
 // register makes sure the cluster knows this node and its current

@@ -42,12 +42,6 @@ func (d *writeDecoder) decode(b []byte) (*raftpb.GroupWrites, error) {
 	return &ws, nil
 }
 
-// fastGroupWrites decodes b by hand with a decoder of its own (tests).
-func fastGroupWrites(b []byte) (*raftpb.GroupWrites, bool) {
-	var d writeDecoder
-	return d.fast(b)
-}
-
 // writeDecoder carves the messages of one payload out of arrays sized by a
 // first pass over it, and kept for the next payload.
 type writeDecoder struct {

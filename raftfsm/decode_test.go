@@ -104,7 +104,8 @@ func TestDecodeGroupWritesMatchesProto(t *testing.T) {
 		t.Run(name, func(t *testing.T) { sameAsProto(t, b) })
 	}
 	// The commits take the hand-written path.
-	if _, ok := fastGroupWrites(one); !ok {
+	var d writeDecoder
+	if _, ok := d.fast(one); !ok {
 		t.Fatal("a batch of commits was not decoded by hand")
 	}
 }

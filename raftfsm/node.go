@@ -348,8 +348,9 @@ func (n *Node) ProposeTopic(ctx context.Context, cmd catalog.Command) error {
 	return fmt.Errorf("%w: catalog command %T", ErrBadCommand, cmd)
 }
 
-// LogFormat is the log format this node registers (Config.LogFormat).
-func (n *Node) LogFormat() uint32 {
+// AgreedLogFormat is the highest log format this node agrees to, and
+// registers: Config.LogFormat, or the newest this version applies.
+func (n *Node) AgreedLogFormat() uint32 {
 	if n.cfg.LogFormat == 0 {
 		return LogFormat
 	}

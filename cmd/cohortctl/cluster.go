@@ -99,7 +99,7 @@ type nodeStatus struct {
 	CommitIndex  uint64 `json:"commit_index"`
 	FSMHash      string `json:"fsm_hash"`
 	LogFormat    uint32 `json:"log_format"`
-	// AppliesLogFormat is the highest log format the node's version applies.
+	// AppliesLogFormat is the highest log format the node agrees to.
 	AppliesLogFormat uint32   `json:"applies_log_format"`
 	Ready            bool     `json:"ready"`
 	NotReady         []string `json:"not_ready,omitempty"`
@@ -157,8 +157,8 @@ func (c *cli) clusterStatus(ctx context.Context, a *admin.Client, addr string) e
 }
 
 // formatCell is the cluster's log format as the node applied it, and the
-// highest its version applies when that is higher (the format rises once
-// every voter applies it): "2", "1 (applies 2)"; "-" when unknown.
+// highest the node agrees to when that is higher (the format rises once
+// every voter agrees): "2", "1 (applies 2)"; "-" when unknown.
 func formatCell(r nodeStatus) string {
 	switch {
 	case r.LogFormat == 0:

@@ -189,7 +189,6 @@ func (f clientAuthFlag) Set(v string) error {
 	return nil
 }
 
-// peerAddrsFlag is --raft-peer-addrs: id=host:port pairs separated by commas.
 // logFormatFlag is --raft-log-format: 0 (the newest) or a format this
 // version writes.
 type logFormatFlag struct{ v *uint32 }
@@ -210,6 +209,7 @@ func (f logFormatFlag) Set(s string) error {
 	return nil
 }
 
+// peerAddrsFlag is --raft-peer-addrs: id=host:port pairs separated by commas.
 type peerAddrsFlag struct{ m *map[string]string }
 
 func (f peerAddrsFlag) String() string {

@@ -232,7 +232,8 @@ type StatusResponse struct {
 	Ready    bool     `protobuf:"varint,10,opt,name=ready,proto3" json:"ready,omitempty"`
 	NotReady []string `protobuf:"bytes,11,rep,name=not_ready,json=notReady,proto3" json:"not_ready,omitempty"`
 	// The cluster's Raft log format as applied on this node, and the highest
-	// one this node applies (see cohort.raft.v1.LogFormat).
+	// one this node agrees to (its version's newest unless --raft-log-format
+	// pins it lower; see cohort.raft.v1.LogFormat).
 	LogFormat        uint32 `protobuf:"varint,12,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
 	AppliesLogFormat uint32 `protobuf:"varint,13,opt,name=applies_log_format,json=appliesLogFormat,proto3" json:"applies_log_format,omitempty"`
 	unknownFields    protoimpl.UnknownFields
