@@ -181,8 +181,14 @@ func TestLogFormatPin(t *testing.T) {
 		if pin != 0 {
 			want = pin
 		}
+		// The cluster starts at format 1: with that pin, only the node's
+		// registration says the pin was applied.
+		registered := func() bool {
+			reg, ok := n.Raft().FSM.Node(n.Raft().ID())
+			return ok && reg.GetLogFormat() == want
+		}
 		deadline := time.Now().Add(10 * time.Second)
-		for n.Raft().FSM.LogFormat() != want && time.Now().Before(deadline) {
+		for (n.Raft().FSM.LogFormat() != want || !registered()) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		reg, ok := n.Raft().FSM.Node(n.Raft().ID())
