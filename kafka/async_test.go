@@ -262,3 +262,68 @@ func TestAsyncAnswersRacingTheDeadline(t *testing.T) {
 		t.Fatalf("answers %v", seen)
 	}
 }
+
+// The writer's one timer stands for every deadline: armed for the earliest
+// queued deadline, re-armed for the first waiting request when it fires
+// early (its deadline is later) and for the next one once the first is
+// answered, so a request whose bound passed behind a slower one is given up
+// as soon as it comes first, and none is given up early.
+func TestWriterTimerCoversEveryDeadline(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &conn{l: &Listener{}, ctx: ctx, room: make(chan struct{}, maxInFlight), wake: make(chan struct{}, 1)}
+	r := request{c: c}
+	defer func() {
+		if c.expiry != nil {
+			c.expiry.Stop()
+		}
+	}()
+	now := time.Now()
+	slow, fast := &pending{corr: 1, r: r, call: (*joinAnswer)(nil), deadline: now.Add(300 * time.Millisecond)},
+		&pending{corr: 2, r: r, call: (*joinAnswer)(nil), deadline: now.Add(30 * time.Millisecond)}
+	for _, p := range []*pending{slow, fast} {
+		if err := c.enqueue(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !c.armedAt.Equal(fast.deadline) {
+		t.Fatalf("timer armed at %v, want the earliest deadline", c.armedAt.Sub(now))
+	}
+	wait := func() {
+		select {
+		case <-c.wake:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the writer was not woken")
+		}
+	}
+	if p := c.next(); p != nil {
+		t.Fatalf("request %d ready before any answer", p.corr)
+	}
+	wait() // the timer, at fast's deadline: slow's has not passed
+	if p := c.next(); p != nil {
+		t.Fatalf("request %d given up before its deadline", p.corr)
+	}
+	if !c.armedAt.Equal(slow.deadline) {
+		t.Fatalf("timer re-armed at %v, want slow's deadline", c.armedAt.Sub(now))
+	}
+	slow.Answer(&grouppb.JoinGroupResponse{})
+	wait()
+	if p := c.next(); p != slow || slow.state.Load() != asyncAnswered {
+		t.Fatalf("next %v, want the answered request", p)
+	}
+	c.wmu.Lock()
+	c.pop()
+	c.wmu.Unlock()
+	<-c.room
+	// fast's deadline passed while it waited behind slow.
+	for p := c.next(); p == nil; p = c.next() {
+		wait()
+	}
+	if fast.state.Load() != asyncExpired {
+		t.Fatalf("fast in state %d, want expired", fast.state.Load())
+	}
+	fast.Answer(&grouppb.JoinGroupResponse{}) // late: dropped
+	if fast.native != nil {
+		t.Fatal("a late answer reached an expired request")
+	}
+}

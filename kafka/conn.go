@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"reflect"
-	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -45,6 +44,14 @@ var errBadInput = errors.New("bad input")
 // call's bound. Nothing waits per request, so a thousand commits in flight
 // are a thousand small records, not a thousand parked goroutines.
 //
+// The answers wait in fifo, in request order. The writer sleeps until the
+// first of them is complete: whatever completes it (the reader queueing a
+// known answer, a worker, the groups' Answer, the deadline's timer) wakes
+// the writer through wake. A request sent to the groups wakes it once, when
+// its answer comes, not also when it is queued; one timer per connection,
+// kept armed no later than the first waiting request's deadline, stands for
+// every deadline.
+//
 // Heartbeats, which the coordinator answers without waiting, are answered on
 // the reader goroutine. When no earlier answer is still queued, the reader
 // writes the answer into the output buffer itself, and flushes that buffer
@@ -55,15 +62,21 @@ type conn struct {
 	nc     net.Conn
 	ctx    context.Context
 	cancel context.CancelFunc
-	host   string // Kafka's client host format: "/127.0.0.1"
-	queue  chan *pending
+	host   string         // Kafka's client host format: "/127.0.0.1"
 	jobs   chan *pending  // to idle workers
 	wg     sync.WaitGroup // workers
+	room   chan struct{}  // a token per request in flight (maxInFlight)
+	wake   chan struct{}  // the writer's wake-up: room for one token
 
-	wmu    sync.Mutex    // guards out, queued and werr
-	out    *bufio.Writer // answers, in request order
-	queued int           // answers in queue, not yet written to out
-	werr   bool          // a write failed: the connection is closing
+	wmu     sync.Mutex    // guards out, fifo, head, werr, expiry and armed
+	out     *bufio.Writer // answers, in request order
+	fifo    []*pending    // fifo[head:] wait to be written, in request order
+	head    int
+	werr    bool        // a write failed: the connection is closing
+	expiry  *time.Timer // wakes the writer at the first waiting deadline
+	armed   bool        // expiry is set to fire at armedAt
+	armedAt time.Time
+	fired   atomic.Bool // expiry fired since the writer last looked
 
 	// Reader-owned scratch for heartbeats answered inline: the decoded
 	// request, the request context, the native request and the answer are
@@ -83,8 +96,6 @@ type conn struct {
 	// inlineAnswers are the inline answers whose metrics wait for the
 	// reader's flush (noteInline).
 	inlineAnswers []inlineAnswer
-
-	expiry *time.Timer // the writer's deadline for asynchronous answers
 
 	// tls is the connection's TLS state once its handshake completed; nil
 	// on a plaintext listener.
@@ -108,14 +119,11 @@ type conn struct {
 type pending struct {
 	corr int32
 	key  int16
-	// done is closed once the answer is complete; for a pooled commit
-	// (sig) it is its slot's channel instead, which takes one token per
-	// answer and is reused with the slot: got records that the token was
-	// taken.
-	done chan struct{}
-	sig  bool
-	got  bool
-	resp kmsg.Response // nil: no answer (Produce with acks=0)
+	// state is asyncAnswered once the answer is complete (asyncExpired: an
+	// asynchronous request's deadline passed first); whoever completes it
+	// wakes the writer.
+	state atomic.Int32
+	resp  kmsg.Response // nil: no answer (Produce with acks=0)
 
 	fn   handlerFunc
 	r    request
@@ -130,7 +138,6 @@ type pending struct {
 	call     asyncCall
 	request  proto.Message
 	deadline time.Time
-	state    atomic.Int32 // asyncWaiting, asyncAnswered or asyncExpired
 	native   proto.Message
 
 	// slot, when set, is the reused block p lives in (commitSlot): the
@@ -158,8 +165,12 @@ type asyncCall interface {
 	answer(l *Listener, n, m proto.Message, err error) kmsg.Response
 }
 
+// A pending's states: waiting for its answer, being answered (Answer has
+// won the race with the deadline and is storing the native answer),
+// answered (complete), expired (its deadline passed first).
 const (
 	asyncWaiting int32 = iota
+	asyncAnswering
 	asyncAnswered
 	asyncExpired
 )
@@ -167,14 +178,18 @@ const (
 // Answer takes the native answer of an asynchronous request, unless its
 // deadline passed first (coordinator.Answerer; it never blocks).
 func (p *pending) Answer(m proto.Message) {
-	if p.state.CompareAndSwap(asyncWaiting, asyncAnswered) {
+	if p.state.CompareAndSwap(asyncWaiting, asyncAnswering) {
 		p.native = m
-		if p.sig {
-			p.done <- struct{}{} // room for one: never blocks
-		} else {
-			close(p.done)
-		}
+		c := p.r.c // p is the writer's, maybe reused, once answered
+		p.state.Store(asyncAnswered)
+		c.kick()
 	}
+}
+
+// complete reports whether p's answer can be written.
+func (p *pending) complete() bool {
+	s := p.state.Load()
+	return s == asyncAnswered || s == asyncExpired
 }
 
 type request struct {
@@ -199,8 +214,9 @@ func (l *Listener) newConn(parent context.Context, nc net.Conn) *conn {
 		ctx:    ctx,
 		cancel: cancel,
 		host:   "/" + host,
-		queue:  make(chan *pending, maxInFlight),
 		jobs:   make(chan *pending),
+		room:   make(chan struct{}, maxInFlight),
+		wake:   make(chan struct{}, 1),
 		out:    bufio.NewWriterSize(nc, connBufferSize),
 		shard:  l.connSeq.Add(1),
 	}
@@ -245,6 +261,11 @@ func (c *conn) serve() {
 	c.close()
 	c.wg.Wait()
 	<-writerDone
+	c.wmu.Lock()
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	c.wmu.Unlock()
 }
 
 // handshake completes the TLS handshake within TLSHandshakeTimeout (or
@@ -546,7 +567,7 @@ func (c *conn) answerInline(h header, fn handlerFunc, r *request, req kmsg.Reque
 	resp := fn(c.ctx, r, req)
 	resp.SetVersion(h.version)
 	c.wmu.Lock()
-	if c.queued == 0 {
+	if c.head == len(c.fifo) { // no earlier answer waits
 		ok := c.writeAnswer(h.corr, h.key, resp)
 		c.wmu.Unlock()
 		if c.l.metrics != nil {
@@ -609,11 +630,6 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 		p.start = c.received()
 	}
 	p.r, p.call, p.request, p.deadline = r, a, n, now.Add(timeout)
-	if slot != nil {
-		p.done, p.sig = slot.sig, true
-	} else {
-		p.done, p.sig = wait.sig, true
-	}
 	if err := c.enqueue(p); err != nil {
 		return err
 	}
@@ -634,14 +650,13 @@ type commitSlot struct {
 	parts  commitParts
 	one    commitOne
 	answer coordinator.CommitAnswer
-	sig    chan struct{} // p.done, made once: an answer puts one token in it
 }
 
 // takeCommitSlot returns a slot whose request is ready to decode into.
 func (l *Listener) takeCommitSlot() *commitSlot {
 	s, _ := l.commitSlots.Get().(*commitSlot)
 	if s == nil {
-		s = &commitSlot{sig: make(chan struct{}, 1)}
+		s = new(commitSlot)
 	}
 	s.kreq = kmsg.OffsetCommitRequest{} // Default sets only some fields
 	s.kreq.Default()
@@ -649,18 +664,16 @@ func (l *Listener) takeCommitSlot() *commitSlot {
 }
 
 // waitSlot is the pooled answer slot of a JoinGroup or SyncGroup sent
-// without a worker: its pending and the channel its answer signals, made
-// once. Like a commitSlot, the writer returns it once its answer is written,
-// never after its bound passed.
+// without a worker. Like a commitSlot, the writer returns it once its answer
+// is written, never after its bound passed.
 type waitSlot struct {
-	p   pending
-	sig chan struct{} // p.done: an answer puts one token in it
+	p pending
 }
 
 func (l *Listener) takeWaitSlot() *waitSlot {
 	s, _ := l.waitSlots.Get().(*waitSlot)
 	if s == nil {
-		s = &waitSlot{sig: make(chan struct{}, 1)}
+		s = new(waitSlot)
 	}
 	return s
 }
@@ -690,52 +703,6 @@ func (l *Listener) release(p *pending) {
 	}
 }
 
-// await waits until p's answer is ready; false: the connection is closing.
-// An asynchronous request is given up at its deadline.
-func (c *conn) await(p *pending) bool {
-	if p.call == nil {
-		select {
-		case <-p.done:
-			return true
-		case <-c.ctx.Done():
-			return false
-		}
-	}
-	if c.expiry == nil {
-		c.expiry = time.NewTimer(time.Until(p.deadline))
-	} else {
-		c.expiry.Reset(time.Until(p.deadline))
-	}
-	defer c.expiry.Stop() // no stale expiry is received after Stop (Go 1.23+)
-	select {
-	case <-p.done:
-		p.got = true
-	case <-c.ctx.Done():
-		return false
-	case <-c.expiry.C:
-		if !p.state.CompareAndSwap(asyncWaiting, asyncExpired) {
-			<-p.done // answered at the deadline
-			p.got = true
-		}
-	}
-	return true
-}
-
-// ready reports, without waiting, whether p's answer is complete.
-func (p *pending) ready() bool {
-	if !p.sig {
-		return closed(p.done)
-	}
-	if !p.got {
-		select {
-		case <-p.done:
-			p.got = true
-		default:
-		}
-	}
-	return p.got
-}
-
 // finish builds an asynchronous request's Kafka answer from its native one.
 func (c *conn) finish(p *pending) (ok bool) {
 	defer func() {
@@ -761,13 +728,6 @@ func (c *conn) recoverHandler(h header, err *error) {
 		*err = fmt.Errorf("request handler panicked")
 	}
 }
-
-// answered is the done channel of answers complete when queued.
-var answered = func() chan struct{} {
-	ch := make(chan struct{})
-	close(ch)
-	return ch
-}()
 
 // flush writes out the output buffer; the reader calls it before it may
 // wait for input, the writer before it waits for answers. It reports false
@@ -856,27 +816,31 @@ func (c *conn) handlerPanicked(h header, v any) {
 
 // enqueue reserves the next answer slot for p (blocking while maxInFlight
 // requests are outstanding) and hands p's work to a worker goroutine; p
-// without work carries its answer already.
+// without work (fn) or a call to wait for carries its answer already.
 func (c *conn) enqueue(p *pending) error {
-	switch {
-	case p.fn != nil:
-		p.done = make(chan struct{})
-	case p.done == nil:
-		p.done = answered
+	work := p.fn != nil
+	if !work && p.call == nil {
+		p.state.Store(asyncAnswered)
 	}
 	if c.l.metrics != nil && p.start.IsZero() {
 		p.start = c.received()
 	}
-	c.wmu.Lock()
-	c.queued++
-	c.wmu.Unlock()
-	// Once queued, a complete p is the writer's: it may write it and
-	// reuse its slot before the send below returns.
-	work := p.fn != nil
 	select {
-	case c.queue <- p:
+	case c.room <- struct{}{}:
 	case <-c.ctx.Done():
 		return c.ctx.Err()
+	}
+	c.wmu.Lock()
+	c.fifo = append(c.fifo, p)
+	first := len(c.fifo)-c.head == 1
+	if p.call != nil && (!c.armed || p.deadline.Before(c.armedAt)) {
+		c.arm(p.deadline)
+	}
+	// Once queued, a complete p is the writer's: it may write it and
+	// reuse its slot before this returns.
+	c.wmu.Unlock()
+	if first && !work && p.call == nil {
+		c.kick()
 	}
 	if work {
 		c.run(p)
@@ -884,9 +848,80 @@ func (c *conn) enqueue(p *pending) error {
 	return nil
 }
 
+// kick wakes the writer: an answer may be complete, or a deadline passed.
+func (c *conn) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// arm sets the deadline timer to fire at t; c.wmu is held.
+func (c *conn) arm(t time.Time) {
+	if c.expiry == nil {
+		c.expiry = time.AfterFunc(time.Until(t), func() {
+			c.fired.Store(true)
+			c.kick()
+		})
+	} else {
+		c.expiry.Reset(time.Until(t))
+	}
+	c.armed, c.armedAt = true, t
+}
+
+// next returns the first queued answer once it can be written, or nil
+// when the writer must wait for it. An asynchronous request whose deadline
+// passed is given up here; before the writer sleeps on one still waiting,
+// the timer is set no later than its deadline.
+func (c *conn) next() *pending {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.head == len(c.fifo) {
+		return nil
+	}
+	p := c.fifo[c.head]
+	if p.complete() {
+		return p
+	}
+	if p.call == nil {
+		return nil // a worker's: its end wakes the writer
+	}
+	if c.fired.Swap(false) {
+		c.armed = false
+		if !time.Now().Before(p.deadline) && p.state.CompareAndSwap(asyncWaiting, asyncExpired) {
+			return p
+		}
+		if p.complete() {
+			return p
+		}
+	}
+	if !c.armed || p.deadline.Before(c.armedAt) {
+		c.arm(p.deadline)
+	}
+	return nil // being answered, or waiting: Answer or the timer wakes the writer
+}
+
+// pop removes the first queued answer; c.wmu is held.
+func (c *conn) pop() {
+	c.fifo[c.head] = nil
+	c.head++
+	switch {
+	case c.head == len(c.fifo):
+		c.fifo, c.head = c.fifo[:0], 0
+	case c.head >= 32 && c.head*2 >= len(c.fifo):
+		// Never empty for long: move what is left to the front.
+		n := copy(c.fifo, c.fifo[c.head:])
+		clear(c.fifo[n:])
+		c.fifo, c.head = c.fifo[:n], 0
+	}
+}
+
 // work runs p's handler and completes p.
 func (c *conn) work(p *pending) {
-	defer close(p.done)
+	defer func() {
+		p.state.Store(asyncAnswered)
+		c.kick()
+	}()
 	defer func() {
 		if v := recover(); v != nil {
 			p.resp = nil
@@ -928,34 +963,23 @@ func (c *conn) writeLoop() {
 	// Answers are buffered while more are ready, and flushed before waiting,
 	// so pipelined answers share writes without delaying any of them.
 	for {
-		var p *pending
-		select {
-		case p = <-c.queue:
-		default:
+		p := c.next()
+		if p == nil {
 			if !c.flush() {
 				return
 			}
 			select {
-			case p = <-c.queue:
+			case <-c.wake:
 			case <-c.ctx.Done():
 				return
 			}
-		}
-		if !p.ready() {
-			// Give a handler that is about to finish a chance, so its
-			// answer shares this write; then flush and wait.
-			runtime.Gosched()
-			if !p.ready() {
-				if !c.flush() || !c.await(p) {
-					return
-				}
-			}
+			continue
 		}
 		if p.call != nil && !c.finish(p) {
 			return
 		}
 		c.wmu.Lock()
-		c.queued--
+		c.pop()
 		var ok bool
 		if p.raw {
 			ok = c.writeToken(p.token)
@@ -963,6 +987,7 @@ func (c *conn) writeLoop() {
 			ok = p.resp == nil || c.writeAnswer(p.corr, p.key, p.resp)
 		}
 		c.wmu.Unlock()
+		<-c.room
 		if !ok {
 			return
 		}
@@ -974,15 +999,6 @@ func (c *conn) writeLoop() {
 			c.l.metrics.observe(p.key, p.resp, p.start, c.shard)
 		}
 		c.l.release(p)
-	}
-}
-
-func closed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
