@@ -169,7 +169,7 @@ func BenchmarkFormation(b *testing.B) {
 			var gens, reads, writes int64
 			j0, s0, h0 := formRequests.joins.Load(), formRequests.syncs.Load(), formRequests.heartbeats.Load()
 			m0 := readMachineTimes()
-			ab0, gc0 := s.allocBytes(), s.gcs()
+			ab0, gc0, e0 := s.allocBytes(), s.gcs(), s.ask("raftindex", "RAFTINDEX")
 			for range b.N {
 				cpu0, client0 := s.cpu(), selfCPU()
 				r0, w0 := s.syscalls()
@@ -190,8 +190,13 @@ func BenchmarkFormation(b *testing.B) {
 				took += last.Sub(start)
 			}
 			reportMachine(b, m0)
-			ab1, gc1 := s.allocBytes(), s.gcs()
+			ab1, gc1, e1 := s.allocBytes(), s.gcs(), s.ask("raftindex", "RAFTINDEX")
 			b.ReportMetric(float64(ab1-ab0)/float64(groups*b.N), "server-alloc-B/group")
+			if e1 > e0 {
+				// Raft entries per group: each costs every node a log
+				// write with its fsyncs and a round of replication.
+				b.ReportMetric(float64(e1-e0)/float64(groups*b.N), "raft-entries/group")
+			}
 			b.ReportMetric(float64(gc1-gc0)*1000/float64(groups*b.N), "server-gcs/1k-groups")
 			b.ReportMetric(float64(groups*b.N)/took.Seconds(), "groups/s")
 			b.ReportMetric(float64(cpu.Microseconds())/float64(groups*b.N), "server-cpu-µs/group")

@@ -34,9 +34,10 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkGroups -benchtime 200000x ./kafka/
 //
-// COHORT_BENCH_CPUPROFILE=prefix writes a CPU profile of the cohort server
-// for each measured phase, to prefix.heartbeat and prefix.offsetcommit (a
-// cluster's other nodes to the same name with .peer1, .peer2 added).
+// COHORT_BENCH_CPUPROFILE=prefix writes a CPU profile of each server for
+// each measured phase, to prefix.heartbeat.<server> and
+// prefix.offsetcommit.<server> (a cluster's other nodes to the same name
+// with .peer1, .peer2 added).
 //
 // Before measuring, 10,000 groups of 10 members each join and sync (100,000
 // members; COHORT_BENCH_GROUPS=n changes the group count for quick runs).
@@ -945,8 +946,8 @@ func BenchmarkGroups(b *testing.B) {
 		s := startBenchServer(b, name)
 		createBenchTopic(b, s.addr)
 		ms := joinAll(b, s.addr)
-		b.Run(name+"/heartbeat", func(b *testing.B) { load(b, s, "heartbeat", ms, heartbeat, heartbeatOK) })
-		b.Run(name+"/offsetcommit", func(b *testing.B) { load(b, s, "offsetcommit", ms, offsetCommit, offsetCommitOK) })
+		b.Run(name+"/heartbeat", func(b *testing.B) { load(b, s, "heartbeat."+name, ms, heartbeat, heartbeatOK) })
+		b.Run(name+"/offsetcommit", func(b *testing.B) { load(b, s, "offsetcommit."+name, ms, offsetCommit, offsetCommitOK) })
 		s.stop()
 	}
 }
