@@ -42,6 +42,44 @@ func BenchmarkHeartbeat(b *testing.B) {
 	}
 }
 
+// BenchmarkHeartbeatColdMembers is a heartbeat of one of 100,000 members
+// in 2,000 groups, taken in an order that leaves little of the last ones
+// in cache, as a coordinator's heartbeats do: it prices the member lookup
+// and the cache lines a heartbeat touches.
+func BenchmarkHeartbeatColdMembers(b *testing.B) {
+	const groups, members = 2000, 50
+	cfg := DefaultConfig()
+	gs := make([]*Group, groups)
+	reqs := make([]*pb.HeartbeatRequest, 0, groups*members)
+	fx := &Effects{}
+	for i := range gs {
+		rec := stableRecord(members)
+		for _, m := range rec.Members {
+			m.MemberId = fmt.Sprintf("consumer-%d-%s-%d", i, "0f8fad5b-d9cb-469f-a165-70867728950e", len(reqs)%members)
+			reqs = append(reqs, &pb.HeartbeatRequest{GroupId: "g", MemberId: m.MemberId, GenerationId: 5})
+		}
+		rec.Leader = strp(rec.Members[0].MemberId)
+		gs[i] = Restore(&cfg, rec, nil, t0)
+		fx.Reset()
+		gs[i].Start(t0, fx)
+	}
+	// A fixed stride through the members: consecutive heartbeats are of
+	// far apart groups and members.
+	const stride = 7919 // prime, so every member comes up
+	now := t0
+	n := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		n = (n + stride) % len(reqs)
+		fx.Reset()
+		now = now.Add(time.Microsecond)
+		if code := gs[n/members].Heartbeat(now, reqs[n], fx); code != ErrNone {
+			b.Fatalf("heartbeat %d", code)
+		}
+	}
+}
+
 // TestHeartbeatDoesNotAllocate keeps the zero-allocation property checked by
 // plain test runs.
 func TestHeartbeatDoesNotAllocate(t *testing.T) {
