@@ -414,3 +414,53 @@ func TestActivateAndDeactivate(t *testing.T) {
 		}
 	})
 }
+
+// A request sent to a group's actor just before Deactivate stopped it (the
+// sender looked the actor up first) reaches protoactor's dead letters; it is
+// answered NOT_COORDINATOR all the same, not left to its caller's bound.
+// Once the service coordinates again, such a request reaches the group's new
+// actor.
+func TestRequestToAStoppedGroupActorIsAnswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc := startService(t, raftfsm.NewMemoryStore())
+		ids, gen := formGroup(t, svc, "g", 2)
+		hb := &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: ids[0]}
+		stale, ok := svc.env.directory.Load("g")
+		if !ok {
+			t.Fatal("no actor for the group")
+		}
+		send := func() *pb.HeartbeatResponse {
+			t.Helper()
+			reply := make(chan proto.Message, 1)
+			svc.system.Root.Send(stale, &call{req: hb, reply: reply})
+			synctest.Wait()
+			select {
+			case m := <-reply:
+				return m.(*pb.HeartbeatResponse)
+			default:
+				t.Fatal("the request to the stopped actor was not answered")
+				return nil
+			}
+		}
+		if err := svc.Deactivate(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if r := send(); r.ErrorCode != coordinator.ErrNotCoordinator {
+			t.Fatalf("heartbeat to the stopped actor after deactivate: %d", r.ErrorCode)
+		}
+		if err := svc.Activate(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if now, _ := svc.env.directory.Load("g"); now == nil || now.Equal(stale) {
+			t.Fatalf("group actor after re-activation: %v (stale %v)", now, stale)
+		}
+		if r := send(); r.ErrorCode != coordinator.ErrNone {
+			t.Fatalf("heartbeat to the stopped actor after re-activation: %d", r.ErrorCode)
+		}
+		// protoactor's dead-letter log throttle keeps a goroutine for a
+		// second after the first dead letter; the bubble must outlive it.
+		time.Sleep(2 * time.Second)
+	})
+}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/asynkron/protoactor-go/eventstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
@@ -54,6 +56,8 @@ type Service struct {
 	timers   sync.Pool // of stopped *time.Timer, for call deadlines
 	stopOnce sync.Once
 	active   atomic.Bool
+	// lost re-sends requests that reached dead letters (rescueLost).
+	lost *eventstream.Subscription
 }
 
 // Call sends a native group request and waits for its answer until ctx's
@@ -99,8 +103,9 @@ func (s *Service) CallWithin(ctx context.Context, req proto.Message, timeout tim
 }
 
 // Send is CallWithin without the wait: the answer goes to to.Answer, on an
-// actor's goroutine. A request lost with a stopping actor is never
-// answered, so the caller bounds its own wait.
+// actor's goroutine. A request that reaches a group actor as it stops goes
+// back to the groups actor (rescueLost); the caller still bounds its own
+// wait.
 func (s *Service) Send(req proto.Message, to coordinator.Answerer) {
 	s.system.Root.Send(s.target(req), &call{req: req, reply: to})
 }
@@ -160,10 +165,32 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	}
 	svc := &Service{Client: NewClient(system, pid), env: e}
 	svc.active.Store(!opts.Fenced)
+	svc.lost = system.EventStream.Subscribe(svc.rescueLost)
 	if opts.Observer != nil {
 		opts.Observer.describeWith(svc)
 	}
 	return svc, nil
+}
+
+// rescueLost takes a request that a group actor stopped before receiving,
+// which protoactor hands to its dead letters, and sends it to the groups
+// actor: that answers it NOT_COORDINATOR once the node stopped coordinating
+// (a sender may look a group's actor up just before Deactivate stops it),
+// or routes it to the group's actor of the moment, as a gone group's actor
+// does with what it receives (dead). Without it the request was never
+// answered, and its caller gave up at its bound with a retriable error
+// instead of NOT_COORDINATOR. Requests to the groups actor itself are
+// left: it is only gone once the service stopped.
+func (s *Service) rescueLost(evt any) {
+	dl, ok := evt.(*actor.DeadLetterEvent)
+	if !ok || dl.PID == nil {
+		return
+	}
+	c, ok := dl.Message.(*call)
+	if !ok || dl.PID.Address != s.router.Address || !strings.HasPrefix(dl.PID.Id, s.router.Id+"/") {
+		return
+	}
+	s.system.Root.Send(s.router, c)
 }
 
 // describeTimeout bounds the DescribeGroups call behind Observer.Group: a
@@ -254,6 +281,7 @@ func (s *Service) Deactivate(timeout time.Duration) error {
 // Stop stops the groups actor and its group actors.
 func (s *Service) Stop() {
 	s.stopOnce.Do(func() {
+		s.system.EventStream.Unsubscribe(s.lost)
 		_ = s.system.Root.StopFuture(s.router).Wait()
 		s.env.workers.close()
 	})
