@@ -44,8 +44,11 @@ type member struct {
 	// the id's header, the session's end and the session timeout share one
 	// cache line (with 100,000 members a heartbeat's member is rarely in
 	// cache, and each line it touches is a miss).
-	id           string
-	sessionUntil int64 // see below
+	id string
+	// sessionUntil is when the member's session ends, in nanoseconds since
+	// the group's epoch, when heartbeats extended it past the armed timer
+	// (sessions.go); 0 when the timer is the session's end or unknown.
+	sessionUntil int64
 	// The timeouts are the JoinGroup's, in milliseconds as Kafka sends
 	// them (sessionTimeout and rebalanceTimeout read them).
 	sessionMs, rebalanceMs int32
@@ -66,11 +69,6 @@ type member struct {
 	answered  []byte
 	syncedGen int32
 	blocksGen int32
-
-	// sessionUntil (first, above) is when the member's session ends, in
-	// nanoseconds since the group's epoch, when heartbeats extended it past
-	// the armed timer (sessions.go); 0 when the timer is the session's end
-	// or unknown.
 
 	// The small fields last, packed: every member of every group has them.
 	joinVersion int32

@@ -819,7 +819,8 @@ func (c *conn) handlerPanicked(h header, v any) {
 // without work (fn) or a call to wait for carries its answer already.
 func (c *conn) enqueue(p *pending) error {
 	work := p.fn != nil
-	if !work && p.call == nil {
+	known := !work && p.call == nil
+	if known {
 		p.state.Store(asyncAnswered)
 	}
 	if c.l.metrics != nil && p.start.IsZero() {
@@ -833,13 +834,13 @@ func (c *conn) enqueue(p *pending) error {
 	c.wmu.Lock()
 	c.fifo = append(c.fifo, p)
 	first := len(c.fifo)-c.head == 1
-	if p.call != nil && (!c.armed || p.deadline.Before(c.armedAt)) {
-		c.arm(p.deadline)
+	if p.call != nil {
+		c.cover(p.deadline)
 	}
 	// Once queued, a complete p is the writer's: it may write it and
 	// reuse its slot before this returns.
 	c.wmu.Unlock()
-	if first && !work && p.call == nil {
+	if first && known {
 		c.kick()
 	}
 	if work {
@@ -856,8 +857,12 @@ func (c *conn) kick() {
 	}
 }
 
-// arm sets the deadline timer to fire at t; c.wmu is held.
-func (c *conn) arm(t time.Time) {
+// cover makes the deadline timer fire no later than t, setting it only
+// when it is not set or set later; c.wmu is held.
+func (c *conn) cover(t time.Time) {
+	if c.armed && !t.Before(c.armedAt) {
+		return
+	}
 	if c.expiry == nil {
 		c.expiry = time.AfterFunc(time.Until(t), func() {
 			c.fired.Store(true)
@@ -895,9 +900,7 @@ func (c *conn) next() *pending {
 			return p
 		}
 	}
-	if !c.armed || p.deadline.Before(c.armedAt) {
-		c.arm(p.deadline)
-	}
+	c.cover(p.deadline)
 	return nil // being answered, or waiting: Answer or the timer wakes the writer
 }
 
