@@ -93,6 +93,9 @@ const (
 	// TimerMetadata: the leader checks whether the partition counts it
 	// assigned from changed.
 	TimerMetadata
+	// TimerRevoke: a revoke callback has run for the rebalance timeout; the
+	// coordinator no longer waits for it, so what it revokes counts as lost.
+	TimerRevoke
 
 	numTimers = iota + 1
 )
@@ -110,6 +113,8 @@ func (k TimerKind) String() string {
 		return "retry"
 	case TimerMetadata:
 		return "metadata"
+	case TimerRevoke:
+		return "revoke"
 	}
 	return "unknown"
 }

@@ -113,6 +113,10 @@ type Machine struct {
 	waitToken  uint64
 	waitThen   after
 	closeStage closeStage
+	// revoking is what the waited-for revoke callback gives up (nil when the
+	// waited-for callback is no revoke): lost if the callback outlives the
+	// rebalance timeout.
+	revoking set
 
 	retryWhat retry
 	backoff   time.Duration
@@ -242,7 +246,7 @@ func (m *Machine) startJoin(fx *Effects) {
 	if len(m.owned) > 0 && !m.Cooperative(m.protocol) {
 		revoked := m.owned
 		m.owned = set{}
-		m.wait(m.callback(fx, Revoked, revoked, true), afterJoin)
+		m.revoke(fx, revoked, afterJoin)
 		return
 	}
 	m.sendJoin(fx)
@@ -250,6 +254,42 @@ func (m *Machine) startJoin(fx *Effects) {
 
 func (m *Machine) wait(token uint64, then after) {
 	m.waitToken, m.waitThen = token, then
+	m.revoking = nil
+}
+
+// revoke runs the Revoked callback for s and waits for it before then. The
+// member keeps heartbeating meanwhile, as the Java consumer does until it
+// sends JoinGroup: the coordinator keeps a member that heartbeats through a
+// rebalance for up to its rebalance timeout, which is how long the callback
+// may take (TimerRevoke).
+func (m *Machine) revoke(fx *Effects, s set, then after) {
+	m.wait(m.callback(fx, Revoked, s, true), then)
+	m.revoking = s
+	fx.arm(TimerRevoke, m.cfg.RebalanceTimeout)
+	if m.heartbeats() {
+		m.armHeartbeat(fx)
+	}
+}
+
+// onRevokeTimeout: the waited-for revoke callback ran for the rebalance
+// timeout. The coordinator removes a member that has not rejoined (or
+// synced) by then and hands its partitions out, so the member gives up its
+// generation as if its session had expired (the Java consumer's answer to
+// max.poll.interval.ms): commits, from the callback too, are refused, what
+// a cooperative member kept is reported lost after the callback returns,
+// and the member joins again afterwards.
+func (m *Machine) onRevokeTimeout(fx *Effects) {
+	if m.waitToken == 0 || m.revoking == nil || m.phase == Closing {
+		return
+	}
+	m.revoking = nil
+	m.followUp = false
+	m.reset(fx, m.cfg.InstanceID != "")
+	if m.phase != Discovering {
+		m.phase = Preparing
+	}
+	m.retryWhat = retryNone
+	m.waitThen = afterJoin
 }
 
 func (m *Machine) sendJoin(fx *Effects) {
@@ -326,7 +366,8 @@ func (m *Machine) stop(fx *Effects, err error) {
 	}
 	m.phase = Stopped
 	m.err = err
-	m.waitToken = 0
+	m.waitToken, m.revoking = 0, nil
+	fx.cancel(TimerRevoke)
 	for id, c := range m.commits {
 		if !c.closing {
 			fx.Commits = append(fx.Commits, CommitResult{Token: c.token, Err: ErrIllegalState})
@@ -458,7 +499,7 @@ func (m *Machine) onJoin(r *pb.JoinGroupResponse, err error, fx *Effects) {
 		m.phase = Downgrading
 		revoked := m.owned
 		m.owned = set{}
-		m.wait(m.callback(fx, Revoked, revoked, true), afterSync)
+		m.revoke(fx, revoked, afterSync)
 		return
 	}
 	m.assign(fx)
@@ -663,9 +704,9 @@ func (m *Machine) onSync(r *pb.SyncGroupResponse, err error, fx *Effects) {
 	m.owned = next
 	if len(revoked) > 0 {
 		// Cooperative: give up what moved, then join the follow-up round.
-		m.wait(m.callback(fx, Revoked, revoked, true), afterJoin)
-		m.followUp = true
 		m.phase = Preparing
+		m.revoke(fx, revoked, afterJoin)
+		m.followUp = true
 	}
 	m.callback(fx, Assigned, added, false)
 	if m.phase == Stable && m.rejoinReason != "" {
@@ -775,6 +816,8 @@ func (m *Machine) OnTimer(now time.Time, kind TimerKind, fx *Effects) {
 		case retryHeartbeat:
 			m.sendHeartbeat(fx)
 		}
+	case TimerRevoke:
+		m.onRevokeTimeout(fx)
 	case TimerMetadata:
 		if m.phase == Stable && m.leader && m.metaID == 0 && len(m.metadataTopics) > 0 {
 			m.metaID = m.send(fx, &MetadataRequest{Topics: m.metadataTopics})
@@ -813,6 +856,10 @@ func (m *Machine) OnCallbackDone(now time.Time, token uint64, fx *Effects) {
 		return
 	}
 	m.waitToken = 0
+	if m.revoking != nil {
+		m.revoking = nil
+		fx.cancel(TimerRevoke)
+	}
 	then := m.waitThen
 	m.waitThen = afterNothing
 	switch then {

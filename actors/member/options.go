@@ -48,7 +48,11 @@ func SessionTimeout(d time.Duration) Opt { return func(c *config) { c.m.SessionT
 
 // RebalanceTimeout sets the rebalance timeout (max.poll.interval.ms in the
 // Java consumer; default 60s): how long the group waits for members to
-// rejoin, and so how long revoke callbacks may take.
+// rejoin, and so how long revoke callbacks may take. The member heartbeats
+// while a revoke callback runs, so a callback may outlast the session
+// timeout. One that outlasts the rebalance timeout loses the generation:
+// commits from it are refused, what the member kept is reported Lost, and
+// it joins again as a new member once the callback returns.
 func RebalanceTimeout(d time.Duration) Opt { return func(c *config) { c.m.RebalanceTimeout = d } }
 
 // HeartbeatInterval sets heartbeat.interval.ms (default 3s).
@@ -142,7 +146,9 @@ type Handler interface {
 	// completed rebalance, with the newly added partitions (maybe none).
 	Assigned(ctx context.Context, m *Member, ps []assignor.TopicPartitions)
 	// Revoked: the member gives the partitions up; nobody else gets them
-	// before this returns.
+	// before this returns, for up to the rebalance timeout (RebalanceTimeout).
+	// The member keeps heartbeating meanwhile, and a commit made from here
+	// is accepted while the generation is current.
 	Revoked(ctx context.Context, m *Member, ps []assignor.TopicPartitions)
 	// Lost: the partitions may already be another member's (session
 	// expired, fenced, generation gone); they were not revoked.
