@@ -188,6 +188,7 @@ func (a *groupActor) onStarted(ctx actor.Context) {
 			rec = &pb.GroupRecord{GroupId: a.id}
 		}
 		a.g = coordinator.Restore(&a.env.cfg, rec, offsets, now)
+		a.g.SetTakeover(a.env.takeover(a.id))
 		a.track.cause = CauseFailover
 	} else {
 		a.g = coordinator.New(a.id, &a.env.cfg, now)

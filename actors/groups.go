@@ -47,6 +47,22 @@ type env struct {
 	// after a deactivation (or a quick re-activation) answers
 	// NOT_COORDINATOR instead of from state a newer leader may have changed.
 	serving atomic.Uint64
+	// previousAlive is when the coordinator before this activation was last
+	// known alive (nil: unknown); see Service.ActivateAfter.
+	previousAlive atomic.Pointer[time.Time]
+}
+
+// takeover returns what a group restored in this activation knows of its
+// members' sessions.
+func (e *env) takeover(groupID string) coordinator.TakeoverSessions {
+	var t coordinator.TakeoverSessions
+	if p := e.previousAlive.Load(); p != nil {
+		t.PreviousAlive = *p
+	}
+	if ss, ok := e.store.(SessionStore); ok {
+		t.Silent = ss.Sessions(groupID)
+	}
+	return t
 }
 
 // answers reports whether a group actor spawned in activation term may

@@ -254,6 +254,20 @@ func (s *Service) AnswersHeartbeatsInline() bool { return true }
 // loaded into its actor with fresh session timers. It returns once the
 // groups actor has switched.
 func (s *Service) Activate(timeout time.Duration) error {
+	return s.ActivateAfter(timeout, time.Time{})
+}
+
+// ActivateAfter is Activate for a node that takes over from a coordinator
+// last known alive at previousAlive (zero: unknown, as after a restart of
+// the whole cluster): restored members' sessions end when they would have
+// under that coordinator, rather than a full session from now (see
+// coordinator.TakeoverSessions).
+func (s *Service) ActivateAfter(timeout time.Duration, previousAlive time.Time) error {
+	if previousAlive.IsZero() {
+		s.env.previousAlive.Store(nil)
+	} else {
+		s.env.previousAlive.Store(&previousAlive)
+	}
 	_, err := s.system.Root.RequestFuture(s.router, &activate{}, timeout).Result()
 	if err == nil {
 		s.active.Store(true)

@@ -16,3 +16,12 @@ type Store interface {
 	// Groups lists every group the store knows, sorted.
 	Groups() ([]string, error)
 }
+
+// SessionStore is a Store that also keeps each group's last MemberSessions
+// record, which a takeover uses to carry its members' sessions over
+// (coordinator.TakeoverSessions). A Store without it gives every member of a
+// restored group a full session.
+type SessionStore interface {
+	// Sessions returns a group's last MemberSessions, nil when none.
+	Sessions(groupID string) *pb.MemberSessions
+}

@@ -35,6 +35,17 @@ type Config struct {
 	// while no assignor is common to all, the coordinator assigns the group
 	// itself (see the package doc). Off by default.
 	MixedAssignors bool
+	// SessionCheckInterval is how often a group looks for members it has not
+	// heard from for half their session timeout and, when that set changed,
+	// writes it with their session ends (MemberSessions), so that a
+	// coordinator taking the group over does not restart their sessions
+	// (liveness.go). 0 turns the checks off: a takeover gives every member a
+	// full session, as Kafka does.
+	SessionCheckInterval time.Duration
+	// TakeoverSessionFloor is the least time a coordinator that takes a
+	// group over gives a member to reach it (at most the member's session
+	// timeout), whatever the replicated state says of the member's session.
+	TakeoverSessionFloor time.Duration
 }
 
 // DefaultConfig returns Kafka's defaults.
@@ -50,6 +61,8 @@ func DefaultConfig() Config {
 		OffsetMetadataMaxBytes:        4096,
 		MaxRecordBytes:                1048588,
 		OwnershipGuard:                true,
+		SessionCheckInterval:          2 * time.Second,
+		TakeoverSessionFloor:          6 * time.Second,
 	}
 }
 
@@ -82,6 +95,12 @@ func (c Config) Validate() error {
 	}
 	if c.OffsetMetadataMaxBytes < 0 {
 		errs = append(errs, fmt.Errorf("offset metadata max bytes must not be negative, got %d", c.OffsetMetadataMaxBytes))
+	}
+	if c.SessionCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("session check interval must not be negative, got %v", c.SessionCheckInterval))
+	}
+	if c.TakeoverSessionFloor < 0 {
+		errs = append(errs, fmt.Errorf("takeover session floor must not be negative, got %v", c.TakeoverSessionFloor))
 	}
 	if c.MaxRecordBytes <= 0 {
 		errs = append(errs, fmt.Errorf("max record bytes must be positive, got %d", c.MaxRecordBytes))

@@ -37,6 +37,8 @@ const (
 	TimerSync
 	// TimerOffsetExpiry is the periodic offset-retention check.
 	TimerOffsetExpiry
+	// TimerSessions is the periodic check for silent members (liveness.go).
+	TimerSessions
 )
 
 func (k TimerKind) String() string {
@@ -49,6 +51,8 @@ func (k TimerKind) String() string {
 		return "sync"
 	case TimerOffsetExpiry:
 		return "offset-expiry"
+	case TimerSessions:
+		return "sessions"
 	}
 	return "unknown"
 }

@@ -46,8 +46,8 @@ type member struct {
 	// cache, and each line it touches is a miss).
 	id string
 	// sessionUntil is when the member's session ends, in nanoseconds since
-	// the group's epoch, when heartbeats extended it past the armed timer
-	// (sessions.go); 0 when the timer is the session's end or unknown.
+	// the group's epoch: its timer fires then or earlier (sessions.go); 0
+	// when it has no session timer.
 	sessionUntil int64
 	// The timeouts are the JoinGroup's, in milliseconds as Kafka sends
 	// them (sessionTimeout and rebalanceTimeout read them).
@@ -271,6 +271,15 @@ type Group struct {
 	takeoverRejoins int
 	covered         map[string]map[int32]bool
 
+	// Sessions through takeovers (liveness.go): what the takeover knew, the
+	// restored members not heard from since, the silent members as last
+	// written (sorted by id), and whether the periodic check is armed.
+	takeoverSessions *TakeoverSessions
+	restored         map[string]restoredSession
+	silent           []silentMember
+	silentDirty      bool
+	sessionsArmed    bool
+
 	nextToken uint64
 	inflight  map[uint64]persistOp
 	deleting  bool // a group deletion is being written
@@ -364,13 +373,16 @@ func Restore(cfg *Config, rec *pb.GroupRecord, offsets []*pb.OffsetRecord, now t
 }
 
 // Start arms the timers of a new or restored group: the periodic offset
-// check and a fresh session timer for every member. A restored group larger
-// than group.max.size starts a rebalance.
+// check and a session timer for every member, which after SetTakeover ends
+// when the member's session would have (liveness.go), and otherwise runs a
+// full session timeout. A restored group larger than group.max.size starts
+// a rebalance.
 func (g *Group) Start(now time.Time, fx *Effects) {
 	fx.arm(TimerOffsetExpiry, "", g.cfg.OffsetsRetentionCheckInterval)
 	for _, m := range g.order {
-		g.armSession(m, m.sessionTimeout(), fx)
+		g.armSession(now, m, g.takeoverSession(now, m), fx)
 	}
+	g.takeoverSessions = nil
 	if (g.members.len() > g.cfg.maxSize() || g.rebalancePending) && g.state == Stable {
 		g.prepareRebalance(now, fx)
 	}

@@ -219,7 +219,7 @@ func (g *Group) addAndRebalance(now time.Time, req *pb.JoinGroupRequest, session
 		g.protocolType = req.GetProtocolType()
 	}
 	g.addMember(m)
-	g.armSession(m, g.cfg.NewMemberJoinTimeout, fx)
+	g.armSession(now, m, g.cfg.NewMemberJoinTimeout, fx)
 	if g.canRebalance() {
 		g.prepareRebalance(now, fx)
 	}
@@ -257,7 +257,7 @@ func (g *Group) prepareRebalance(now time.Time, fx *Effects) {
 				fx.reply(m.syncReply, syncError(ErrRebalanceInProgress))
 				m.syncReply = nil
 				// Its session timer may have fired while it was parked.
-				g.armSession(m, m.sessionTimeout(), fx)
+				g.armSession(now, m, m.sessionTimeout(), fx)
 			}
 		}
 	}
@@ -373,7 +373,7 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 			op.replies = append(op.replies, Reply{To: m.joinReply, Msg: resp})
 			g.setJoinReply(m, nil, 0)
 		}
-		g.armSession(m, m.sessionTimeout(), fx)
+		g.armSession(now, m, m.sessionTimeout(), fx)
 		m.isNew = false
 		g.pendSync[m.id] = struct{}{}
 	}
@@ -407,7 +407,7 @@ func (g *Group) replaceStatic(now time.Time, req *pb.JoinGroupRequest, session, 
 	oldLeader := g.leader
 	prev := staticSnapshot{protocols: m.protocols, session: m.sessionTimeout(), rebalance: m.rebalanceTimeout(), clientID: m.clientID, clientHost: m.clientHost}
 	g.renameMember(m, newID, fx)
-	g.armSession(m, session, fx)
+	g.armSession(now, m, session, fx)
 	g.updateMember(m, req, session, rebalance, to, fx)
 	switch g.state {
 	case Stable:
@@ -484,7 +484,7 @@ func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effect
 		m.setTimeouts(w.prev.session, w.prev.rebalance)
 		m.clientID, m.clientHost = w.prev.clientID, w.prev.clientHost
 		g.renameMember(m, w.oldID, fx)
-		g.armSession(m, m.sessionTimeout(), fx)
+		g.armSession(now, m, m.sessionTimeout(), fx)
 		fx.reply(w.reply, &pb.JoinGroupResponse{
 			ErrorCode:    groupWriteError(err),
 			GenerationId: g.generation,
@@ -511,7 +511,7 @@ func (w *staticReplaceWrite) done(g *Group, now time.Time, err error, fx *Effect
 	fx.reply(m.joinReply, resp)
 	g.setJoinReply(m, nil, 0)
 	// Its session timer may have fired while it waited for the write.
-	g.armSession(m, m.sessionTimeout(), fx)
+	g.armSession(now, m, m.sessionTimeout(), fx)
 }
 
 // generationWrite sends the JoinGroup answers of a completed join phase once

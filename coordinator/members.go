@@ -137,6 +137,8 @@ func (g *Group) OnTimer(now time.Time, key TimerKey, fx *Effects) {
 		if g.state != Dead {
 			fx.arm(TimerOffsetExpiry, "", g.cfg.OffsetsRetentionCheckInterval)
 		}
+	case TimerSessions:
+		g.checkSessions(now, fx)
 	}
 }
 
@@ -174,6 +176,10 @@ func (g *Group) cancelAllTimers(fx *Effects) {
 	fx.cancel(TimerJoin, "")
 	fx.cancel(TimerSync, "")
 	fx.cancel(TimerOffsetExpiry, "")
+	if g.sessionsArmed {
+		fx.cancel(TimerSessions, "")
+		g.sessionsArmed = false
+	}
 	g.joinArmed, g.syncArmed = false, false
 }
 

@@ -59,7 +59,7 @@ func TestKafka9232NewMemberTimeoutDoesNotOutliveJoin(t *testing.T) {
 				}
 			}
 			h.wantState(Stable, 1, ids...)
-			if len(h.timers) != 3 { // two members and the offset check
+			if len(h.timers) != 4 { // two members, the offset check and the session check
 				t.Fatalf("timers %v", h.timers)
 			}
 		})

@@ -12,7 +12,9 @@ import "time"
 // a heartbeat costs its owner no timer update.
 //
 // Invariant: m.sessionUntil != 0 means a TimerMember timer for m.id is armed
-// to fire at or before it.
+// to fire at or before it, and the member's session ends then unless it is
+// heard from; 0 means the member has no session timer (it is parked in a
+// join or sync, whose timers govern it).
 
 // eagerSessions makes extendSession arm the timer every time; tests set it
 // to check that both ways answer and write the same.
@@ -21,10 +23,12 @@ var eagerSessions bool
 // sinceEpoch is now in nanoseconds since the group's epoch.
 func (g *Group) sinceEpoch(now time.Time) int64 { return int64(now.Sub(g.epoch)) }
 
-// armSession arms m's timer to fire after d, replacing any other.
-func (g *Group) armSession(m *member, d time.Duration, fx *Effects) {
+// armSession arms m's timer to fire after d, replacing any other: the
+// session ends then.
+func (g *Group) armSession(now time.Time, m *member, d time.Duration, fx *Effects) {
 	fx.arm(TimerMember, m.id, d)
-	m.sessionUntil = 0
+	m.sessionUntil = g.sinceEpoch(now) + int64(d)
+	g.armSessionCheck(fx)
 }
 
 // cancelSession cancels m's timer.
@@ -37,7 +41,7 @@ func (g *Group) cancelSession(m *member, fx *Effects) {
 // armSession, but without touching the timer when one is armed earlier.
 func (g *Group) extendSession(now time.Time, m *member, fx *Effects) {
 	if eagerSessions {
-		g.armSession(m, m.sessionTimeout(), fx)
+		g.armSession(now, m, m.sessionTimeout(), fx)
 		return
 	}
 	until := g.sinceEpoch(now) + int64(m.sessionTimeout())
@@ -47,6 +51,7 @@ func (g *Group) extendSession(now time.Time, m *member, fx *Effects) {
 	}
 	fx.arm(TimerMember, m.id, m.sessionTimeout())
 	m.sessionUntil = until
+	g.armSessionCheck(fx)
 }
 
 // sessionGoesOn handles the fire of m's timer while its session was extended

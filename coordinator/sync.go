@@ -56,7 +56,7 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 	case Stable:
 		g.removePendingSync(m.id, fx)
 		g.closeTakeover(m.id)
-		g.armSession(m, m.sessionTimeout(), fx)
+		g.armSession(now, m, m.sessionTimeout(), fx)
 		fx.reply(to, g.syncResponse(m))
 		g.guardAnswered(m)
 	default: // Empty (unreachable: the member check fails first)
@@ -115,7 +115,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 			if m.syncReply != nil {
 				fx.reply(m.syncReply, syncError(code))
 				m.syncReply = nil
-				g.armSession(m, m.sessionTimeout(), fx)
+				g.armSession(now, m, m.sessionTimeout(), fx)
 			}
 		}
 		g.prepareRebalance(now, fx)
@@ -127,7 +127,7 @@ func (w *assignmentWrite) done(g *Group, now time.Time, err error, fx *Effects) 
 			fx.reply(m.syncReply, g.syncResponse(m))
 			g.guardAnswered(m)
 			m.syncReply = nil
-			g.armSession(m, m.sessionTimeout(), fx)
+			g.armSession(now, m, m.sessionTimeout(), fx)
 		}
 	}
 	g.transition(Stable, now)

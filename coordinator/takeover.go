@@ -81,7 +81,7 @@ func (g *Group) takeoverRejoin(now time.Time, m *member, req *pb.JoinGroupReques
 		return false
 	}
 	g.setProtocols(m, req.GetProtocols())
-	g.armSession(m, m.sessionTimeout(), fx)
+	g.armSession(now, m, m.sessionTimeout(), fx)
 	leader := m.id == g.leader
 	resp := g.joinResponse(m, false, leader && req.GetApiVersion() >= 9)
 	if leader {

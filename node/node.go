@@ -344,8 +344,9 @@ func KafkaNodeID(id string) int32 {
 
 // watchLeadership runs the group service on the leader only: on gaining
 // leadership it waits until every earlier entry is applied (barrier), then
-// loads every group with fresh session timers; on losing it, it stops them
-// at once.
+// loads every group, its members' sessions carried over from the previous
+// leader (coordinator.TakeoverSessions); on losing it, it stops them at
+// once.
 func (n *Node) watchLeadership() {
 	defer n.bg.Done()
 	for {
@@ -372,6 +373,10 @@ func (n *Node) watchLeadership() {
 
 func (n *Node) onLeader() {
 	start := time.Now()
+	// The last time this node heard from the previous leader: the
+	// coordinator it takes over from was alive then (zero when this node
+	// has heard from no leader since it started).
+	previousAlive := n.raft.Raft.LastContact()
 	// The barrier's commit is a quorum's confirmation too: the lease holds
 	// from the moment it was sent.
 	at, epoch := n.lease.begin()
@@ -383,7 +388,7 @@ func (n *Node) onLeader() {
 		return
 	}
 	n.lease.renew(at, epoch)
-	if err := n.service.Activate(activateTimeout); err != nil {
+	if err := n.service.ActivateAfter(activateTimeout, previousAlive); err != nil {
 		n.log.Error("activate group service", "err", err)
 		return
 	}

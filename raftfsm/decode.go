@@ -188,6 +188,9 @@ func (d *writeDecoder) record(r *pb.Record, b []byte) bool {
 	case 5:
 		g := &pb.GenerationReserved{}
 		r.Kind, msg = &pb.Record_GenerationReserved{GenerationReserved: g}, g
+	case 6:
+		ms := &pb.MemberSessions{}
+		r.Kind, msg = &pb.Record_MemberSessions{MemberSessions: ms}, ms
 	default:
 		return false
 	}

@@ -298,6 +298,14 @@ func (f *FSM) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error) 
 	return rec, offsets, nil
 }
 
+// Sessions returns a group's last MemberSessions, nil when none
+// (actors.SessionStore).
+func (f *FSM) Sessions(groupID string) *pb.MemberSessions {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.state.Sessions(groupID)
+}
+
 // Groups lists every stored group (actors.Store).
 func (f *FSM) Groups() ([]string, error) {
 	f.mu.RLock()
@@ -392,6 +400,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		case *raftpb.SnapshotRecord_Offset:
 			o := k.Offset
 			state.entry(o.GetGroupId()).offsets[offsetKey{o.GetTopic(), o.GetPartition()}] = o
+		case *raftpb.SnapshotRecord_MemberSessions:
+			state.entry(k.MemberSessions.GetGroupId()).sessions = k.MemberSessions
 		case *raftpb.SnapshotRecord_Scram, *raftpb.SnapshotRecord_Acl:
 			sec.add(&rec)
 		default:

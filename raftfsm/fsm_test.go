@@ -89,6 +89,12 @@ func (g *entryGen) write() *raftpb.GroupWrite {
 		for range 1 + g.r.IntN(4) {
 			recs = append(recs, offsetRecord(id, g.pick("t", 3), int32(g.r.IntN(4)), g.r.Int64N(1<<40)))
 		}
+	case n < 80:
+		ms := &pb.MemberSessions{GroupId: id}
+		for i := range g.r.IntN(3) {
+			ms.Members = append(ms.Members, &pb.SilentMember{MemberId: fmt.Sprintf("m%d", i), SessionEndMs: g.r.Int64N(1 << 40), GraceEndMs: g.r.Int64N(2) << 39})
+		}
+		recs = append(recs, &pb.Record{Kind: &pb.Record_MemberSessions{MemberSessions: ms}})
 	case n < 85:
 		recs = append(recs, groupTombstone(id))
 	default:
@@ -236,6 +242,9 @@ func TestSnapshotRestoreExact(t *testing.T) {
 			for _, id := range groups {
 				rec, offsets, _ := live.Load(id)
 				if rec != nil {
+					want++
+				}
+				if live.Sessions(id) != nil {
 					want++
 				}
 				want += len(offsets)

@@ -25,8 +25,12 @@ const (
 	// halves what every node writes to its log (bolt rewrites a leaf of
 	// several entries on every append) and sends to its followers.
 	LogFormatCompressed uint32 = 2
+	// LogFormatSessions: a group write may hold a MemberSessions record,
+	// which carries members' sessions over a change of coordinator. Below
+	// this format the store drops such writes: older nodes cannot read them.
+	LogFormatSessions uint32 = 3
 	// LogFormat is the highest format this version applies and writes.
-	LogFormat = LogFormatCompressed
+	LogFormat = LogFormatSessions
 )
 
 const (

@@ -28,6 +28,9 @@ type State struct {
 type groupEntry struct {
 	rec     *storedGroup // nil: none
 	offsets map[offsetKey]*pb.OffsetRecord
+	// sessions is the group's last MemberSessions (nil: none); it goes with
+	// the group record.
+	sessions *pb.MemberSessions
 }
 
 // storedGroup is a stored group record, kept in its deterministic encoding
@@ -183,9 +186,18 @@ func (s *State) applyRecord(r *pb.Record) {
 		}
 		rec.GenerationFloor = max(rec.GetGenerationFloor(), r.GetGeneration())
 		g.rec = newStoredGroup(rec)
+	case *pb.Record_MemberSessions:
+		ms := k.MemberSessions
+		if g := s.groups[ms.GetGroupId()]; g != nil && g.rec != nil {
+			if len(ms.GetMembers()) == 0 {
+				g.sessions = nil
+			} else {
+				g.sessions = ms
+			}
+		}
 	case *pb.Record_GroupTombstone:
 		if g := s.groups[k.GroupTombstone.GetGroupId()]; g != nil {
-			g.rec = nil
+			g.rec, g.sessions = nil, nil
 			s.forgetIfEmpty(k.GroupTombstone.GetGroupId())
 		}
 	case *pb.Record_OffsetTombstone:
@@ -221,6 +233,14 @@ func (s *State) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord) {
 	return rec, offsets
 }
 
+// Sessions returns a copy of a group's last MemberSessions, nil when none.
+func (s *State) Sessions(groupID string) *pb.MemberSessions {
+	if g := s.groups[groupID]; g != nil && g.sessions != nil {
+		return proto.CloneOf(g.sessions)
+	}
+	return nil
+}
+
 func (g *groupEntry) sortedOffsets() []*pb.OffsetRecord {
 	out := make([]*pb.OffsetRecord, 0, len(g.offsets))
 	for _, o := range g.offsets {
@@ -243,12 +263,16 @@ func (s *State) Groups() []string {
 }
 
 // capture appends the state's snapshot records to out: groups in id order,
-// each group's record before its offsets in (topic, partition) order.
+// each group's record, then its MemberSessions, then its offsets in (topic,
+// partition) order.
 func (s *State) capture(out []snapRecord) []snapRecord {
 	for _, id := range s.Groups() {
 		g := s.groups[id]
 		if g.rec != nil {
 			out = append(out, snapRecord{group: g.rec.data})
+		}
+		if g.sessions != nil {
+			out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_MemberSessions{MemberSessions: g.sessions}}})
 		}
 		for _, o := range g.sortedOffsets() {
 			out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Offset{Offset: o}}})
@@ -316,6 +340,13 @@ func (s *MemoryStore) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord,
 	defer s.mu.Unlock()
 	rec, offsets := s.state.Load(groupID)
 	return rec, offsets, nil
+}
+
+// Sessions implements actors.SessionStore.
+func (s *MemoryStore) Sessions(groupID string) *pb.MemberSessions {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state.Sessions(groupID)
 }
 
 // Groups implements actors.Store.

@@ -72,6 +72,12 @@ func NewStore(r *raft.Raft, fsm *FSM, timeout time.Duration) *Store {
 
 // Append implements actors.Store. It never blocks.
 func (s *Store) Append(groupID string, recs []*pb.Record, fence *pb.WriteFence, done func(error)) {
+	if len(recs) == 1 && recs[0].GetMemberSessions() != nil && s.fsm.LogFormat() < LogFormatSessions {
+		// Some node may not read it yet: the group's sessions are not
+		// carried over a takeover until the cluster's format allows it.
+		done(nil)
+		return
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -101,6 +107,9 @@ func (s *Store) poke() {
 func (s *Store) Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error) {
 	return s.fsm.Load(groupID)
 }
+
+// Sessions implements actors.SessionStore.
+func (s *Store) Sessions(groupID string) *pb.MemberSessions { return s.fsm.Sessions(groupID) }
 
 // Groups implements actors.Store.
 func (s *Store) Groups() ([]string, error) { return s.fsm.Groups() }

@@ -501,6 +501,127 @@ func (x *OffsetTombstone) GetPartition() int32 {
 	return 0
 }
 
+// MemberSessions carries members' sessions over a change of coordinator: the
+// members its writer had not heard from for at least half their session
+// timeout, each with the time its session ends unless it is heard from. A
+// group's MemberSessions replaces the one before; an empty one says every
+// member was heard from recently. Written from log format 3 on.
+type MemberSessions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Members       []*SilentMember        `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberSessions) Reset() {
+	*x = MemberSessions{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberSessions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberSessions) ProtoMessage() {}
+
+func (x *MemberSessions) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberSessions.ProtoReflect.Descriptor instead.
+func (*MemberSessions) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MemberSessions) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *MemberSessions) GetMembers() []*SilentMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type SilentMember struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MemberId string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// Unix milliseconds, as the writing coordinator's clock saw it.
+	SessionEndMs int64 `protobuf:"varint,2,opt,name=session_end_ms,json=sessionEndMs,proto3" json:"session_end_ms,omitempty"`
+	// When the member was restored by a takeover and not heard from since:
+	// the end of the grace that takeover gave it to reach its new
+	// coordinator (Unix milliseconds; 0 when none).
+	GraceEndMs    int64 `protobuf:"varint,3,opt,name=grace_end_ms,json=graceEndMs,proto3" json:"grace_end_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SilentMember) Reset() {
+	*x = SilentMember{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SilentMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SilentMember) ProtoMessage() {}
+
+func (x *SilentMember) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SilentMember.ProtoReflect.Descriptor instead.
+func (*SilentMember) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SilentMember) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *SilentMember) GetSessionEndMs() int64 {
+	if x != nil {
+		return x.SessionEndMs
+	}
+	return 0
+}
+
+func (x *SilentMember) GetGraceEndMs() int64 {
+	if x != nil {
+		return x.GraceEndMs
+	}
+	return 0
+}
+
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -510,6 +631,7 @@ type Record struct {
 	//	*Record_GroupTombstone
 	//	*Record_OffsetTombstone
 	//	*Record_GenerationReserved
+	//	*Record_MemberSessions
 	Kind          isRecord_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -517,7 +639,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +651,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[6]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +664,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{6}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Record) GetKind() isRecord_Kind {
@@ -597,6 +719,15 @@ func (x *Record) GetGenerationReserved() *GenerationReserved {
 	return nil
 }
 
+func (x *Record) GetMemberSessions() *MemberSessions {
+	if x != nil {
+		if x, ok := x.Kind.(*Record_MemberSessions); ok {
+			return x.MemberSessions
+		}
+	}
+	return nil
+}
+
 type isRecord_Kind interface {
 	isRecord_Kind()
 }
@@ -621,6 +752,10 @@ type Record_GenerationReserved struct {
 	GenerationReserved *GenerationReserved `protobuf:"bytes,5,opt,name=generation_reserved,json=generationReserved,proto3,oneof"`
 }
 
+type Record_MemberSessions struct {
+	MemberSessions *MemberSessions `protobuf:"bytes,6,opt,name=member_sessions,json=memberSessions,proto3,oneof"`
+}
+
 func (*Record_Group) isRecord_Kind() {}
 
 func (*Record_Offset) isRecord_Kind() {}
@@ -630,6 +765,8 @@ func (*Record_GroupTombstone) isRecord_Kind() {}
 func (*Record_OffsetTombstone) isRecord_Kind() {}
 
 func (*Record_GenerationReserved) isRecord_Kind() {}
+
+func (*Record_MemberSessions) isRecord_Kind() {}
 
 // WriteFence makes a write conditional on the group's durable state: the
 // stored group must be at this generation and have this member. It is checked
@@ -645,7 +782,7 @@ type WriteFence struct {
 
 func (x *WriteFence) Reset() {
 	*x = WriteFence{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[7]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +794,7 @@ func (x *WriteFence) String() string {
 func (*WriteFence) ProtoMessage() {}
 
 func (x *WriteFence) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[7]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +807,7 @@ func (x *WriteFence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFence.ProtoReflect.Descriptor instead.
 func (*WriteFence) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{7}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WriteFence) GetGeneration() int32 {
@@ -738,13 +875,22 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\x0fOffsetTombstone\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\x05R\tpartition\"\xf2\x02\n" +
+	"\tpartition\x18\x03 \x01(\x05R\tpartition\"d\n" +
+	"\x0eMemberSessions\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x127\n" +
+	"\amembers\x18\x02 \x03(\v2\x1d.cohort.group.v1.SilentMemberR\amembers\"s\n" +
+	"\fSilentMember\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12$\n" +
+	"\x0esession_end_ms\x18\x02 \x01(\x03R\fsessionEndMs\x12 \n" +
+	"\fgrace_end_ms\x18\x03 \x01(\x03R\n" +
+	"graceEndMs\"\xbe\x03\n" +
 	"\x06Record\x124\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.cohort.group.v1.GroupRecordH\x00R\x05group\x127\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x12J\n" +
 	"\x0fgroup_tombstone\x18\x03 \x01(\v2\x1f.cohort.group.v1.GroupTombstoneH\x00R\x0egroupTombstone\x12M\n" +
 	"\x10offset_tombstone\x18\x04 \x01(\v2 .cohort.group.v1.OffsetTombstoneH\x00R\x0foffsetTombstone\x12V\n" +
-	"\x13generation_reserved\x18\x05 \x01(\v2#.cohort.group.v1.GenerationReservedH\x00R\x12generationReservedB\x06\n" +
+	"\x13generation_reserved\x18\x05 \x01(\v2#.cohort.group.v1.GenerationReservedH\x00R\x12generationReserved\x12J\n" +
+	"\x0fmember_sessions\x18\x06 \x01(\v2\x1f.cohort.group.v1.MemberSessionsH\x00R\x0ememberSessionsB\x06\n" +
 	"\x04kind\"I\n" +
 	"\n" +
 	"WriteFence\x12\x1e\n" +
@@ -765,7 +911,7 @@ func file_cohort_group_v1_records_proto_rawDescGZIP() []byte {
 	return file_cohort_group_v1_records_proto_rawDescData
 }
 
-var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_cohort_group_v1_records_proto_goTypes = []any{
 	(*MemberRecord)(nil),       // 0: cohort.group.v1.MemberRecord
 	(*GroupRecord)(nil),        // 1: cohort.group.v1.GroupRecord
@@ -773,21 +919,25 @@ var file_cohort_group_v1_records_proto_goTypes = []any{
 	(*OffsetRecord)(nil),       // 3: cohort.group.v1.OffsetRecord
 	(*GroupTombstone)(nil),     // 4: cohort.group.v1.GroupTombstone
 	(*OffsetTombstone)(nil),    // 5: cohort.group.v1.OffsetTombstone
-	(*Record)(nil),             // 6: cohort.group.v1.Record
-	(*WriteFence)(nil),         // 7: cohort.group.v1.WriteFence
+	(*MemberSessions)(nil),     // 6: cohort.group.v1.MemberSessions
+	(*SilentMember)(nil),       // 7: cohort.group.v1.SilentMember
+	(*Record)(nil),             // 8: cohort.group.v1.Record
+	(*WriteFence)(nil),         // 9: cohort.group.v1.WriteFence
 }
 var file_cohort_group_v1_records_proto_depIdxs = []int32{
 	0, // 0: cohort.group.v1.GroupRecord.members:type_name -> cohort.group.v1.MemberRecord
-	1, // 1: cohort.group.v1.Record.group:type_name -> cohort.group.v1.GroupRecord
-	3, // 2: cohort.group.v1.Record.offset:type_name -> cohort.group.v1.OffsetRecord
-	4, // 3: cohort.group.v1.Record.group_tombstone:type_name -> cohort.group.v1.GroupTombstone
-	5, // 4: cohort.group.v1.Record.offset_tombstone:type_name -> cohort.group.v1.OffsetTombstone
-	2, // 5: cohort.group.v1.Record.generation_reserved:type_name -> cohort.group.v1.GenerationReserved
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	7, // 1: cohort.group.v1.MemberSessions.members:type_name -> cohort.group.v1.SilentMember
+	1, // 2: cohort.group.v1.Record.group:type_name -> cohort.group.v1.GroupRecord
+	3, // 3: cohort.group.v1.Record.offset:type_name -> cohort.group.v1.OffsetRecord
+	4, // 4: cohort.group.v1.Record.group_tombstone:type_name -> cohort.group.v1.GroupTombstone
+	5, // 5: cohort.group.v1.Record.offset_tombstone:type_name -> cohort.group.v1.OffsetTombstone
+	2, // 6: cohort.group.v1.Record.generation_reserved:type_name -> cohort.group.v1.GenerationReserved
+	6, // 7: cohort.group.v1.Record.member_sessions:type_name -> cohort.group.v1.MemberSessions
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_cohort_group_v1_records_proto_init() }
@@ -797,12 +947,13 @@ func file_cohort_group_v1_records_proto_init() {
 	}
 	file_cohort_group_v1_records_proto_msgTypes[0].OneofWrappers = []any{}
 	file_cohort_group_v1_records_proto_msgTypes[1].OneofWrappers = []any{}
-	file_cohort_group_v1_records_proto_msgTypes[6].OneofWrappers = []any{
+	file_cohort_group_v1_records_proto_msgTypes[8].OneofWrappers = []any{
 		(*Record_Group)(nil),
 		(*Record_Offset)(nil),
 		(*Record_GroupTombstone)(nil),
 		(*Record_OffsetTombstone)(nil),
 		(*Record_GenerationReserved)(nil),
+		(*Record_MemberSessions)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -810,7 +961,7 @@ func file_cohort_group_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_group_v1_records_proto_rawDesc), len(file_cohort_group_v1_records_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

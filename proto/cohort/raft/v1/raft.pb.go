@@ -582,6 +582,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Topic
 	//	*SnapshotRecord_Node
 	//	*SnapshotRecord_LogFormat
+	//	*SnapshotRecord_MemberSessions
 	//	*SnapshotRecord_Scram
 	//	*SnapshotRecord_Acl
 	Kind          isSnapshotRecord_Kind `protobuf_oneof:"kind"`
@@ -671,6 +672,15 @@ func (x *SnapshotRecord) GetLogFormat() *LogFormat {
 	return nil
 }
 
+func (x *SnapshotRecord) GetMemberSessions() *v1.MemberSessions {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_MemberSessions); ok {
+			return x.MemberSessions
+		}
+	}
+	return nil
+}
+
 func (x *SnapshotRecord) GetScram() *v11.ScramCredential {
 	if x != nil {
 		if x, ok := x.Kind.(*SnapshotRecord_Scram); ok {
@@ -714,6 +724,11 @@ type SnapshotRecord_LogFormat struct {
 	LogFormat *LogFormat `protobuf:"bytes,5,opt,name=log_format,json=logFormat,proto3,oneof"`
 }
 
+type SnapshotRecord_MemberSessions struct {
+	// Present from log format 3 on.
+	MemberSessions *v1.MemberSessions `protobuf:"bytes,6,opt,name=member_sessions,json=memberSessions,proto3,oneof"`
+}
+
 type SnapshotRecord_Scram struct {
 	Scram *v11.ScramCredential `protobuf:"bytes,16,opt,name=scram,proto3,oneof"`
 }
@@ -731,6 +746,8 @@ func (*SnapshotRecord_Topic) isSnapshotRecord_Kind() {}
 func (*SnapshotRecord_Node) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_LogFormat) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_MemberSessions) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Scram) isSnapshotRecord_Kind() {}
 
@@ -778,14 +795,15 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\x06format\x18\x01 \x01(\rR\x06format\"%\n" +
 	"\n" +
 	"NodeRemove\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x9d\x03\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xe9\x03\n" +
 	"\x0eSnapshotRecord\x124\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.cohort.group.v1.GroupRecordH\x00R\x05group\x127\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x123\n" +
 	"\x05topic\x18\x03 \x01(\v2\x1b.cohort.raft.v1.TopicCreateH\x00R\x05topic\x122\n" +
 	"\x04node\x18\x04 \x01(\v2\x1c.cohort.raft.v1.NodeRegisterH\x00R\x04node\x12:\n" +
 	"\n" +
-	"log_format\x18\x05 \x01(\v2\x19.cohort.raft.v1.LogFormatH\x00R\tlogFormat\x12;\n" +
+	"log_format\x18\x05 \x01(\v2\x19.cohort.raft.v1.LogFormatH\x00R\tlogFormat\x12J\n" +
+	"\x0fmember_sessions\x18\x06 \x01(\v2\x1f.cohort.group.v1.MemberSessionsH\x00R\x0ememberSessions\x12;\n" +
 	"\x05scram\x18\x10 \x01(\v2#.cohort.security.v1.ScramCredentialH\x00R\x05scram\x122\n" +
 	"\x03acl\x18\x11 \x01(\v2\x1e.cohort.security.v1.AclBindingH\x00R\x03aclB\x06\n" +
 	"\x04kind*\xbc\x02\n" +
@@ -831,8 +849,9 @@ var file_cohort_raft_v1_raft_proto_goTypes = []any{
 	(*v1.WriteFence)(nil),       // 12: cohort.group.v1.WriteFence
 	(*v1.GroupRecord)(nil),      // 13: cohort.group.v1.GroupRecord
 	(*v1.OffsetRecord)(nil),     // 14: cohort.group.v1.OffsetRecord
-	(*v11.ScramCredential)(nil), // 15: cohort.security.v1.ScramCredential
-	(*v11.AclBinding)(nil),      // 16: cohort.security.v1.AclBinding
+	(*v1.MemberSessions)(nil),   // 15: cohort.group.v1.MemberSessions
+	(*v11.ScramCredential)(nil), // 16: cohort.security.v1.ScramCredential
+	(*v11.AclBinding)(nil),      // 17: cohort.security.v1.AclBinding
 }
 var file_cohort_raft_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: cohort.raft.v1.Envelope.type:type_name -> cohort.raft.v1.CommandType
@@ -845,13 +864,14 @@ var file_cohort_raft_v1_raft_proto_depIdxs = []int32{
 	4,  // 7: cohort.raft.v1.SnapshotRecord.topic:type_name -> cohort.raft.v1.TopicCreate
 	6,  // 8: cohort.raft.v1.SnapshotRecord.node:type_name -> cohort.raft.v1.NodeRegister
 	7,  // 9: cohort.raft.v1.SnapshotRecord.log_format:type_name -> cohort.raft.v1.LogFormat
-	15, // 10: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
-	16, // 11: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 10: cohort.raft.v1.SnapshotRecord.member_sessions:type_name -> cohort.group.v1.MemberSessions
+	16, // 11: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
+	17, // 12: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_cohort_raft_v1_raft_proto_init() }
@@ -865,6 +885,7 @@ func file_cohort_raft_v1_raft_proto_init() {
 		(*SnapshotRecord_Topic)(nil),
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_LogFormat)(nil),
+		(*SnapshotRecord_MemberSessions)(nil),
 		(*SnapshotRecord_Scram)(nil),
 		(*SnapshotRecord_Acl)(nil),
 	}

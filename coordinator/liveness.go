@@ -1,0 +1,193 @@
+package coordinator
+
+import (
+	"slices"
+	"time"
+
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+)
+
+// Sessions through takeovers.
+//
+// A coordinator that takes a group over (a failover, a leadership transfer)
+// cannot know when it last heard from each member: heartbeats are not
+// replicated. Kafka gives every member a fresh session at the takeover, so
+// a member that died keeps its partitions, unowned, for as long as
+// takeovers keep coming faster than its session timeout. Here a dead member
+// expires one session timeout after it was last heard from, plus at most
+// one takeover's time (the election, and the floor below), however many
+// takeovers happen in between.
+//
+// What is replicated. Every SessionCheckInterval (P) the group looks for
+// members it has not heard from for at least half their session timeout
+// (silent members; a member heartbeats several times a session, so a live
+// one is rarely silent that long) and, when that set changed since it was
+// last written, writes it with each silent member's session end
+// (MemberSessions, which replaces the group's previous one). A healthy
+// group writes nothing; a member that dies costs one write when it falls
+// silent and the rebalance that removes it.
+//
+// What a takeover does with it (TakeoverSessions). The new coordinator
+// knows when the previous one was last alive (PreviousAlive: its own last
+// contact with the previous Raft leader). That coordinator checked its
+// members every P, and whatever it wrote up to a little before it stopped
+// has been applied here; so a member not in the last MemberSessions was
+// heard from at or after PreviousAlive - 2P - session/2, and a member in it
+// has the session end it names. Each member's session ends at that
+// estimate, but not before a grace of TakeoverSessionFloor (at most its
+// session timeout) from the takeover, the time a live member needs to find
+// its new coordinator. A member gets that grace once: the estimate and the
+// grace's end, not the floored deadline, are what the next check writes
+// for a member not heard from since the takeover, and a later takeover
+// gives no new grace to a member whose grace ran out while the previous
+// coordinator was alive. So repeated takeovers do not push a dead member's
+// end forward. When PreviousAlive is unknown (the whole cluster restarted),
+// every member gets a full session, as before.
+
+// TakeoverSessions is what a coordinator taking a group over knows of its
+// members' sessions.
+type TakeoverSessions struct {
+	// Silent is the group's last replicated MemberSessions (nil: none).
+	Silent *pb.MemberSessions
+	// PreviousAlive is when the previous coordinator was last known alive;
+	// zero when unknown, and then every member gets a full session.
+	PreviousAlive time.Time
+}
+
+// restoredSession is a restored member's session as Start set it: the
+// armed end (with the grace) and the estimate (without), in nanoseconds
+// since the group's epoch, and the grace's end in Unix milliseconds (0:
+// none).
+type restoredSession struct {
+	armed, estimate int64
+	graceMs         int64
+}
+
+// silentMember is a member written as silent, with its session end and the
+// end of its takeover grace (0: none) in Unix milliseconds.
+type silentMember struct {
+	id             string
+	endMs, graceMs int64
+}
+
+// sessionsWrite is the write of a MemberSessions record.
+type sessionsWrite struct{}
+
+func (sessionsWrite) done(g *Group, _ time.Time, err error, _ *Effects) {
+	if err != nil {
+		g.silentDirty = true // not written: the next check writes it again
+	}
+}
+
+// SetTakeover gives a restored group what it needs to carry its members'
+// sessions over the takeover; call it before Start.
+func (g *Group) SetTakeover(t TakeoverSessions) {
+	if g.cfg.SessionCheckInterval <= 0 {
+		return
+	}
+	g.takeoverSessions = &t
+	g.silent = g.silent[:0]
+	for _, s := range t.Silent.GetMembers() {
+		g.silent = append(g.silent, silentMember{s.GetMemberId(), s.GetSessionEndMs(), s.GetGraceEndMs()})
+	}
+	slices.SortFunc(g.silent, compareSilent)
+}
+
+func compareSilent(a, b silentMember) int {
+	if a.id < b.id {
+		return -1
+	}
+	if a.id > b.id {
+		return 1
+	}
+	return 0
+}
+
+// takeoverSession returns how long m's session runs from now, a takeover,
+// and remembers the estimate it came from.
+func (g *Group) takeoverSession(now time.Time, m *member) time.Duration {
+	session := m.sessionTimeout()
+	t := g.takeoverSessions
+	if t == nil || t.PreviousAlive.IsZero() {
+		return session
+	}
+	var end time.Time
+	grace := min(g.cfg.TakeoverSessionFloor, session)
+	if i, ok := slices.BinarySearchFunc(g.silent, m.id, func(s silentMember, id string) int {
+		return compareSilent(s, silentMember{id: id})
+	}); ok {
+		s := g.silent[i]
+		end = time.UnixMilli(s.endMs)
+		if s.graceMs != 0 && s.graceMs <= t.PreviousAlive.UnixMilli() {
+			// Its grace ran out under a coordinator that never heard from it.
+			grace = 0
+		}
+	} else {
+		end = t.PreviousAlive.Add(session - session/2 - 2*g.cfg.SessionCheckInterval)
+	}
+	est := min(end.Sub(now), session)
+	d := max(est, grace, 0)
+	var graceMs int64
+	if d > est {
+		graceMs = now.Add(d).UnixMilli()
+	}
+	if g.restored == nil {
+		g.restored = map[string]restoredSession{}
+	}
+	at := g.sinceEpoch(now)
+	g.restored[m.id] = restoredSession{armed: at + int64(d), estimate: at + int64(est), graceMs: graceMs}
+	return d
+}
+
+// armSessionCheck makes sure the periodic check runs.
+func (g *Group) armSessionCheck(fx *Effects) {
+	if g.sessionsArmed || g.cfg.SessionCheckInterval <= 0 {
+		return
+	}
+	g.sessionsArmed = true
+	fx.arm(TimerSessions, "", g.cfg.SessionCheckInterval)
+}
+
+// checkSessions is the periodic check: it writes the silent members when
+// their set changed, and runs again while any member has a session or a
+// written set is not empty.
+func (g *Group) checkSessions(now time.Time, fx *Effects) {
+	g.sessionsArmed = false
+	if g.state == Dead {
+		return
+	}
+	at := g.sinceEpoch(now)
+	var silent []silentMember
+	tracked := false
+	for _, m := range g.order {
+		if m.sessionUntil == 0 || m.joinReply != nil || m.syncReply != nil {
+			continue
+		}
+		tracked = true
+		end, graceMs := m.sessionUntil, int64(0)
+		if r, ok := g.restored[m.id]; ok {
+			if r.armed == end {
+				end, graceMs = r.estimate, r.graceMs // not heard from since the takeover
+			} else {
+				delete(g.restored, m.id)
+			}
+		}
+		if end-at > int64(m.sessionTimeout()/2) {
+			continue // heard from within half a session
+		}
+		silent = append(silent, silentMember{m.id, g.epoch.Add(time.Duration(end)).UnixMilli(), graceMs})
+	}
+	slices.SortFunc(silent, compareSilent)
+	if g.silentDirty || !slices.Equal(silent, g.silent) {
+		g.silentDirty = false
+		g.silent = silent
+		rec := &pb.MemberSessions{GroupId: g.id, Members: make([]*pb.SilentMember, len(silent))}
+		for i, s := range silent {
+			rec.Members[i] = &pb.SilentMember{MemberId: s.id, SessionEndMs: s.endMs, GraceEndMs: s.graceMs}
+		}
+		g.persist(fx, sessionsWrite{}, &pb.Record{Kind: &pb.Record_MemberSessions{MemberSessions: rec}})
+	}
+	if tracked || len(g.silent) > 0 {
+		g.armSessionCheck(fx)
+	}
+}
