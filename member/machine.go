@@ -107,8 +107,13 @@ type Machine struct {
 	joinID, syncID    uint64
 	hbID, metaID      uint64
 	findID, leaveID   uint64
-	hbGeneration      int32
-	commits           map[uint64]commitInFlight
+	// The join and sync in flight when Close began (onClosingAnswer), and
+	// the generation a closing member left for the one such a join formed
+	// (-1: none), which it returns to if that one was lost in a failover.
+	closingJoinID, closingSyncID uint64
+	closingPrevGen               int32
+	hbGeneration                 int32
+	commits                      map[uint64]commitInFlight
 
 	waitToken  uint64
 	waitThen   after
@@ -117,6 +122,12 @@ type Machine struct {
 	// waited-for callback is no revoke): lost if the callback outlives the
 	// rebalance timeout.
 	revoking set
+	// revokeSince is when the member began to give partitions up in the
+	// current rebalance (zero: it is not): the coordinator's wait for it,
+	// and so the revoke limit, runs from then however many revoke
+	// callbacks follow, until it sends JoinGroup.
+	revokeSince time.Time
+	now         time.Time // of the call being handled
 
 	retryWhat retry
 	backoff   time.Duration
@@ -191,6 +202,7 @@ func (m *Machine) callback(fx *Effects, kind CallbackKind, s set, wait bool) uin
 
 // Start begins the member's loop: find the coordinator, then join.
 func (m *Machine) Start(now time.Time, fx *Effects) {
+	m.now = now
 	if m.phase != Idle {
 		return
 	}
@@ -260,15 +272,28 @@ func (m *Machine) wait(token uint64, then after) {
 // revoke runs the Revoked callback for s and waits for it before then. The
 // member keeps heartbeating meanwhile, as the Java consumer does until it
 // sends JoinGroup: the coordinator keeps a member that heartbeats through a
-// rebalance for up to its rebalance timeout, which is how long the callback
-// may take (TimerRevoke).
+// rebalance for up to its rebalance timeout, which bounds how long the
+// callback may take (TimerRevoke, revokeLimit).
 func (m *Machine) revoke(fx *Effects, s set, then after) {
 	m.wait(m.callback(fx, Revoked, s, true), then)
 	m.revoking = s
-	fx.arm(TimerRevoke, m.cfg.RebalanceTimeout)
+	if m.revokeSince.IsZero() {
+		m.revokeSince = m.now
+	}
+	fx.arm(TimerRevoke, max(m.revokeSince.Add(m.revokeLimit()).Sub(m.now), 0))
 	if m.heartbeats() {
 		m.armHeartbeat(fx)
 	}
+}
+
+// revokeLimit is how long a revoke callback may run before its partitions
+// count as lost: the rebalance timeout, less two heartbeat intervals, since
+// the coordinator's rebalance (and its timeout) may have begun that long
+// before the member learned of it from a heartbeat's answer; at least half
+// the rebalance timeout.
+func (m *Machine) revokeLimit() time.Duration {
+	rt := m.cfg.RebalanceTimeout
+	return max(rt-2*m.cfg.HeartbeatInterval, rt/2)
 }
 
 // onRevokeTimeout: the waited-for revoke callback ran for the rebalance
@@ -279,10 +304,18 @@ func (m *Machine) revoke(fx *Effects, s set, then after) {
 // a cooperative member kept is reported lost after the callback returns,
 // and the member joins again afterwards.
 func (m *Machine) onRevokeTimeout(fx *Effects) {
-	if m.waitToken == 0 || m.revoking == nil || m.phase == Closing {
+	if m.waitToken == 0 || m.revoking == nil {
 		return
 	}
 	m.revoking = nil
+	if m.phase == Closing {
+		// Closing goes on once the callback returns, without the
+		// generation: nothing is committed, and the member leaves.
+		m.generation = assignor.DefaultGeneration
+		fx.cancel(TimerHeartbeat)
+		m.hbID = 0
+		return
+	}
 	m.followUp = false
 	m.reset(fx, m.cfg.InstanceID != "")
 	if m.phase != Discovering {
@@ -294,6 +327,7 @@ func (m *Machine) onRevokeTimeout(fx *Effects) {
 
 func (m *Machine) sendJoin(fx *Effects) {
 	m.phase = Joining
+	m.revokeSince = time.Time{}
 	m.followUp = false
 	m.retryWhat = retryNone
 	fx.cancel(TimerSession) // the coordinator keeps a member waiting in join alive
@@ -332,6 +366,7 @@ func (m *Machine) reset(fx *Effects, keepID bool) {
 	}
 	m.joinID, m.syncID, m.metaID = 0, 0, 0
 	m.generation = assignor.DefaultGeneration
+	m.revokeSince = time.Time{}
 	m.protocol, m.leader, m.members, m.assignedFrom = "", false, nil, nil
 	if !keepID {
 		m.memberID = ""
@@ -383,6 +418,7 @@ func (m *Machine) stop(fx *Effects, err error) {
 // OnResponse feeds the answer to request id (or the transport error that
 // stands for it) into the machine.
 func (m *Machine) OnResponse(now time.Time, id uint64, res any, err error, fx *Effects) {
+	m.now = now
 	if m.phase == Stopped || id == 0 {
 		return
 	}
@@ -409,6 +445,14 @@ func (m *Machine) OnResponse(now time.Time, id uint64, res any, err error, fx *E
 	case id == m.leaveID:
 		m.leaveID = 0
 		m.stop(fx, nil)
+	case id == m.closingJoinID:
+		m.closingJoinID = 0
+		r, _ := res.(*pb.JoinGroupResponse)
+		m.onClosingAnswer(r.GetErrorCode(), r.GetMemberId(), r.GetGenerationId(), err, fx)
+	case id == m.closingSyncID:
+		m.closingSyncID = 0
+		r, _ := res.(*pb.SyncGroupResponse)
+		m.onClosingAnswer(r.GetErrorCode(), m.memberID, m.generation, err, fx)
 	default:
 		if c, ok := m.commits[id]; ok {
 			delete(m.commits, id)
@@ -740,21 +784,27 @@ func (m *Machine) onHeartbeat(r *pb.HeartbeatResponse, err error, fx *Effects) {
 		return
 	}
 	if err != nil || r == nil {
-		switch m.phase {
-		case Stable:
+		if m.phase == Stable {
 			m.rediscover(fx, Stable)
-		case Closing:
-		default:
-			m.armHeartbeat(fx)
+		} else {
+			m.armHeartbeat(fx) // a closing member too: its revoke may still run
 		}
 		return
 	}
 	code := int16(r.GetErrorCode())
 	if m.phase == Closing {
-		if code == 0 || code == kerr.RebalanceInProgress.Code {
+		// The member is leaving either way; while it is still in the group
+		// its heartbeats keep what it revokes from being handed out.
+		switch {
+		case code == 0, code == kerr.RebalanceInProgress.Code, coordinatorMoved(code), code == kerr.CoordinatorLoadInProgress.Code:
+			m.armHeartbeat(fx)
+		case code == kerr.IllegalGeneration.Code && m.closingPrevGen >= 0 && m.hbGeneration == m.generation:
+			// The generation its join formed was lost with the coordinator
+			// that formed it: the member is still in the one before.
+			m.generation, m.closingPrevGen = m.closingPrevGen, -1
 			m.armHeartbeat(fx)
 		}
-		return // the member is leaving either way
+		return
 	}
 	stale := m.hbGeneration != m.generation
 	switch {
@@ -791,6 +841,7 @@ func (m *Machine) onHeartbeat(r *pb.HeartbeatResponse, err error, fx *Effects) {
 
 // OnTimer feeds a timer fire into the machine.
 func (m *Machine) OnTimer(now time.Time, kind TimerKind, fx *Effects) {
+	m.now = now
 	if m.phase == Stopped {
 		return
 	}
@@ -852,6 +903,7 @@ func (m *Machine) onSessionExpired(fx *Effects) {
 
 // OnCallbackDone reports that the callback with token returned.
 func (m *Machine) OnCallbackDone(now time.Time, token uint64, fx *Effects) {
+	m.now = now
 	if m.phase == Stopped || token == 0 || token != m.waitToken {
 		return
 	}
@@ -880,6 +932,7 @@ func (m *Machine) OnCallbackDone(now time.Time, token uint64, fx *Effects) {
 // marked offsets when offsets is nil. The result comes back in a
 // CommitResult with token; an error returned here means nothing was sent.
 func (m *Machine) Commit(now time.Time, token uint64, offsets map[string]map[int32]int64, fx *Effects) error {
+	m.now = now
 	switch {
 	case m.phase == Stopped || m.phase == Closing || m.phase == Idle:
 		return ErrIllegalState
@@ -1005,6 +1058,7 @@ func (m *Machine) commitOutcome(c commitInFlight, r *pb.OffsetCommitResponse, er
 // EnforceRebalance asks for a rebalance without revoking what a cooperative
 // member owns (KIP-568). reason goes with the JoinGroup.
 func (m *Machine) EnforceRebalance(now time.Time, reason string, fx *Effects) error {
+	m.now = now
 	switch {
 	case m.phase == Stopped || m.phase == Closing || m.phase == Idle:
 		return ErrIllegalState
@@ -1027,6 +1081,7 @@ func (m *Machine) EnforceRebalance(now time.Time, reason string, fx *Effects) er
 // the group (a static member does not leave, so that it can come back within
 // its session timeout). The machine reports Stopped when done.
 func (m *Machine) Close(now time.Time, fx *Effects) {
+	m.now = now
 	switch m.phase {
 	case Stopped, Closing:
 		return
@@ -1035,6 +1090,10 @@ func (m *Machine) Close(now time.Time, fx *Effects) {
 		return
 	}
 	m.phase = Closing
+	// A join or sync in flight is answered still: the coordinator counts the
+	// member in the generation it forms, and the member heartbeats in it
+	// until it leaves (onClosingAnswer).
+	m.closingJoinID, m.closingSyncID, m.closingPrevGen = m.joinID, m.syncID, -1
 	m.joinID, m.syncID, m.metaID, m.findID = 0, 0, 0, 0
 	// Heartbeats go on while the revoke callback runs, so that the session
 	// does not expire (and the partitions move) before it returned.
@@ -1046,6 +1105,24 @@ func (m *Machine) Close(now time.Time, fx *Effects) {
 		return
 	}
 	m.closeStep(fx)
+}
+
+// onClosingAnswer takes the answer to a JoinGroup or SyncGroup that was in
+// flight when Close began: a successful one puts the member in the
+// generation the coordinator formed, so that its heartbeats, which keep
+// what it revokes from being handed out, are accepted until it leaves. It
+// takes nothing that was assigned: the member leaves.
+func (m *Machine) onClosingAnswer(code int32, memberID string, generation int32, err error, fx *Effects) {
+	if err != nil || code != 0 || m.generation < 0 && len(m.owned) == 0 && m.revoking == nil {
+		return
+	}
+	if generation != m.generation {
+		m.closingPrevGen = m.generation
+	}
+	m.memberID, m.generation = memberID, generation
+	if m.closeStage != closeDone && m.heartbeats() && m.hbID == 0 {
+		m.armHeartbeat(fx)
+	}
 }
 
 // closeStage is how far Close got.
@@ -1070,7 +1147,11 @@ func (m *Machine) closeStep(fx *Effects) {
 			}
 			owned := m.owned
 			m.owned = set{}
-			m.wait(m.callback(fx, kind, owned, true), afterClose)
+			if kind == Revoked {
+				m.revoke(fx, owned, afterClose)
+			} else {
+				m.wait(m.callback(fx, kind, owned, true), afterClose)
+			}
 			return
 		}
 		fallthrough

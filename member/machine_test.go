@@ -853,7 +853,7 @@ func TestCloseHeartbeatsWhileRevoking(t *testing.T) {
 	d.m.Close(d.now, &d.fx)
 	d.collect()
 	cb := d.callback(Revoked, "t[0]")
-	d.idle(30 * time.Second) // three session timeouts
+	d.idle(16 * time.Second) // 1.6 session timeouts, within the revoke limit (18s)
 	d.noCallbacks()
 	d.advance(time.Second)
 	id, _ := take[*pb.HeartbeatRequest](d)
