@@ -461,9 +461,9 @@ func TestRequestToAStoppedGroupActorIsAnswered(t *testing.T) {
 		}
 		// protoactor's dead-letter log throttle keeps a goroutine for a
 		// second after the first dead letter; the bubble must outlive it,
-		// and end before the group's periodic session check (2 s after the
-		// group formed, at 100 ms) wakes a group actor that the shutdown
-		// stops, which would start that throttle again.
+		// and end between two of the group's periodic session checks (every
+		// second from when the group formed, at 100 ms): a check that wakes
+		// a group actor the shutdown stops would start that throttle again.
 		time.Sleep(1500 * time.Millisecond)
 	})
 }

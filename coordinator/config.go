@@ -36,11 +36,11 @@ type Config struct {
 	// itself (see the package doc). Off by default.
 	MixedAssignors bool
 	// SessionCheckInterval is how often a group looks for members it has not
-	// heard from for half their session timeout and, when that set changed,
-	// writes it with their session ends (MemberSessions), so that a
-	// coordinator taking the group over does not restart their sessions
-	// (liveness.go). 0 turns the checks off: a takeover gives every member a
-	// full session, as Kafka does.
+	// heard from for a while (a sixth of their session timeout, 5 s at
+	// least) and, when that set changed, writes it with their session ends
+	// (MemberSessions), so that a coordinator taking the group over does not
+	// restart their sessions (liveness.go). 0 turns the checks off: a
+	// takeover gives every member a full session, as Kafka does.
 	SessionCheckInterval time.Duration
 	// TakeoverSessionFloor is the least time a coordinator that takes a
 	// group over gives a member to reach it (at most the member's session
@@ -61,7 +61,7 @@ func DefaultConfig() Config {
 		OffsetMetadataMaxBytes:        4096,
 		MaxRecordBytes:                1048588,
 		OwnershipGuard:                true,
-		SessionCheckInterval:          2 * time.Second,
+		SessionCheckInterval:          time.Second,
 		TakeoverSessionFloor:          6 * time.Second,
 	}
 }

@@ -19,24 +19,25 @@ import (
 // takeovers happen in between.
 //
 // What is replicated. Every SessionCheckInterval (P) the group looks for
-// members it has not heard from for at least half their session timeout
-// (silent members; a member heartbeats several times a session, so a live
-// one is rarely silent that long) and, when that set changed since it was
-// last written, writes it with each silent member's session end
-// (MemberSessions, which replaces the group's previous one). A healthy
-// group writes nothing; a member that dies costs one write when it falls
-// silent and the rebalance that removes it.
+// members it has not heard from for a sixth of their session timeout, 5 s
+// at least (silent members: clients heartbeat every 3 s, so a live one is
+// rarely silent that long) and, when that set
+// changed since it was last written, writes it with each silent member's
+// session end (MemberSessions, which replaces the group's previous one). A
+// healthy group writes nothing; a member that dies costs one write when it
+// falls silent and the rebalance that removes it.
 //
 // What a takeover does with it (TakeoverSessions). The new coordinator
 // knows when the previous one was last alive (PreviousAlive: its own last
-// contact with the previous Raft leader). That coordinator checked its
-// members every P, and whatever it wrote up to a little before it stopped
-// has been applied here; so a member not in the last MemberSessions was
-// heard from at or after PreviousAlive - 2P - session/2, and a member in it
-// has the session end it names. Each member's session ends at that
-// estimate, but not before a grace of TakeoverSessionFloor (at most its
-// session timeout) from the takeover, the time a live member needs to find
-// its new coordinator. A member gets that grace once: the estimate and the
+// contact with the previous Raft leader). A member in the last
+// MemberSessions has the session end it names. A member not in it was not
+// silent at the previous coordinator's last checks, and cannot have been
+// heard after PreviousAlive: its session ends one session timeout after
+// PreviousAlive, never before its true end (so no member is removed sooner
+// than Kafka would) and at most the silence threshold and 2P after it.
+// Each member's session ends at that estimate, but not before a grace of
+// TakeoverSessionFloor (at most its session timeout) from the takeover, the
+// time a live member needs to find its new coordinator. A member gets that grace once: the estimate and the
 // grace's end, not the floored deadline, are what the next check writes
 // for a member not heard from since the takeover, and a later takeover
 // gives no new grace to a member whose grace ran out while the previous
@@ -123,7 +124,7 @@ func (g *Group) takeoverSession(now time.Time, m *member) time.Duration {
 			grace = 0
 		}
 	} else {
-		end = t.PreviousAlive.Add(session - session/2 - 2*g.cfg.SessionCheckInterval)
+		end = t.PreviousAlive.Add(session)
 	}
 	est := min(end.Sub(now), session)
 	d := max(est, grace, 0)
@@ -137,6 +138,12 @@ func (g *Group) takeoverSession(now time.Time, m *member) time.Duration {
 	at := g.sinceEpoch(now)
 	g.restored[m.id] = restoredSession{armed: at + int64(d), estimate: at + int64(est), graceMs: graceMs}
 	return d
+}
+
+// silentAfter is how long a member with the given session timeout may go
+// unheard before the periodic check writes it as silent.
+func silentAfter(session time.Duration) time.Duration {
+	return max(session/6, 5*time.Second)
 }
 
 // armSessionCheck makes sure the periodic check runs.
@@ -172,8 +179,8 @@ func (g *Group) checkSessions(now time.Time, fx *Effects) {
 				delete(g.restored, m.id)
 			}
 		}
-		if end-at > int64(m.sessionTimeout()/2) {
-			continue // heard from within half a session
+		if end-at > int64(m.sessionTimeout()-silentAfter(m.sessionTimeout())) {
+			continue // heard from lately
 		}
 		silent = append(silent, silentMember{m.id, g.epoch.Add(time.Duration(end)).UnixMilli(), graceMs})
 	}

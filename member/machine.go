@@ -796,9 +796,10 @@ func (m *Machine) onHeartbeat(r *pb.HeartbeatResponse, err error, fx *Effects) {
 		// The member is leaving either way; while it is still in the group
 		// its heartbeats keep what it revokes from being handed out.
 		switch {
-		case code == 0, code == kerr.RebalanceInProgress.Code, coordinatorMoved(code), code == kerr.CoordinatorLoadInProgress.Code:
+		case code == 0, code == kerr.RebalanceInProgress.Code, coordinatorMoved(code), code == kerr.CoordinatorLoadInProgress.Code,
+			m.hbGeneration != m.generation: // an answer about the generation it left
 			m.armHeartbeat(fx)
-		case code == kerr.IllegalGeneration.Code && m.closingPrevGen >= 0 && m.hbGeneration == m.generation:
+		case code == kerr.IllegalGeneration.Code && m.closingPrevGen >= 0:
 			// The generation its join formed was lost with the coordinator
 			// that formed it: the member is still in the one before.
 			m.generation, m.closingPrevGen = m.closingPrevGen, -1

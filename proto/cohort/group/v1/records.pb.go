@@ -502,8 +502,9 @@ func (x *OffsetTombstone) GetPartition() int32 {
 }
 
 // MemberSessions carries members' sessions over a change of coordinator: the
-// members its writer had not heard from for at least half their session
-// timeout, each with the time its session ends unless it is heard from. A
+// members its writer had not heard from for a sixth of their session
+// timeout (5 s at least), each with the time its session ends unless it is
+// heard from. A
 // group's MemberSessions replaces the one before; an empty one says every
 // member was heard from recently. Written from log format 3 on.
 type MemberSessions struct {
