@@ -433,20 +433,22 @@ func (q *quickstart) waitOwned(ctx context.Context, p *proc) {
 	}
 }
 
-// stopAll ends every process: SIGTERM, then SIGKILL after 10 s.
+// stopAll ends every process as a reader would, the last started first
+// (the members leave while their coordinator still runs): SIGTERM, then
+// SIGKILL if it has not exited after 10 s.
 func (q *quickstart) stopAll() {
-	for _, p := range q.procs {
+	for i := len(q.procs) - 1; i >= 0; i-- {
+		p := q.procs[i]
 		select {
 		case <-p.done:
 			continue
 		default:
 		}
 		p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range q.procs {
 		select {
 		case <-p.done:
 		case <-time.After(10 * time.Second):
+			q.t.Logf("%s: no exit 10 s after SIGTERM; killed", p)
 			p.cmd.Process.Kill()
 			<-p.done
 		}
