@@ -4,7 +4,8 @@
 // A block is the fenced shell block after a `<!-- quickstart: NAME -->`
 // line. Its commands run as a reader runs them, each "in a terminal of its
 // own", with three substitutions only:
-//   - `go run ./cmd/X` runs X built once by TestMain (the same package);
+//   - `go run ./cmd/X` runs X, built once for the test binary (the same
+//     package, compiled once instead of at every command);
 //   - every 127.0.0.1 port in the block is replaced by a free one;
 //   - the default addresses of a command that names none come from the
 //     COHORT_* variables every binary reads, pointed at free ports.
@@ -32,29 +33,42 @@ import (
 	"time"
 )
 
-// binDir holds cohortd, cohortctl and cohort-members, built by TestMain.
-var binDir string
+// binDir holds cohortd, cohortctl and cohort-members, built once per test
+// binary by build; TestMain removes it.
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
 
 func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
-func runMain(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "cohort-quickstart-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+// build compiles the three commands the quickstarts name into binDir.
+func build(t *testing.T) {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cohort-quickstart-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binDir = dir
+		cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+			"./cmd/cohortd", "./cmd/cohortctl", "./cmd/cohort-members")
+		cmd.Dir = ".." // the module root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	defer os.RemoveAll(dir)
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
-		"./cmd/cohortd", "./cmd/cohortctl", "./cmd/cohort-members")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		return 1
-	}
-	binDir = dir
-	return m.Run()
 }
 
 // defaults are the addresses the binaries use when a command names none,
@@ -73,6 +87,10 @@ var defaults = []struct{ env, addr, only string }{
 const partitions = 12
 
 func TestREADMEQuickstart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts cohortd processes")
+	}
+	build(t)
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
