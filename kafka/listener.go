@@ -247,9 +247,8 @@ const (
 	// buffer of its own and a bigger answer written straight through. The
 	// buffers live as long as the connection, so their size sets much of
 	// what an idle member's connection costs once the heap has been reused:
-	// 18 KB of resident memory per connection with 4 KB buffers, 107 KB
-	// with 64 KB ones (BenchmarkConnMemory; kafka/BENCHMARKS.md, seventh
-	// session).
+	// 18 KB of resident memory per connection with 4 KB buffers
+	// (kafka/BENCHMARKS.md), 107 KB with 64 KB ones (BenchmarkConnMemory).
 	connBufferSize = 4 << 10
 )
 

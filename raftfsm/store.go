@@ -50,10 +50,11 @@ const (
 	// rather than in small entries of their own, each of which costs every
 	// node a log write, an fsync and a round of replication (Raft writes a
 	// node's log one entry batch at a time anyway). Only a queue this long
-	// is worth a second entry in flight. Measured (kafka/BENCHMARKS.md,
-	// sixth session): 1,024 commits in flight leave in entries of about 420
-	// instead of 175, for less CPU per commit on every node, at 16 and 64
-	// in flight too.
+	// is worth a second entry in flight. Measured with kafka's
+	// BenchmarkCommit: 1,024 commits in flight leave in entries of about
+	// 420 writes instead of 175, for less CPU per commit on every node, at
+	// 16 and 64 in flight too (kafka/BENCHMARKS.md, "Tried and not kept",
+	// has the variants that were no better).
 	minPipelined = maxBatchSize / 2
 	// arenaWrites is how many writes' messages are allocated together (one
 	// allocation of the ten a commit made, when each write had its own). A

@@ -12,7 +12,7 @@ import (
 	"github.com/cohort-coord/cohort/assignor"
 )
 
-// The README's example: one member of group "orders" against a cohortd
+// The example of docs/member-library.md: one member of group "orders" against a cohortd
 // started with its defaults (compiled, not run).
 func ExampleStart() {
 	system := actor.NewActorSystem()

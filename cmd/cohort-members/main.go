@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -60,7 +61,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.topic, "topic", "demo", "topic the members subscribe to")
 	fs.IntVar(&o.partitions, "partitions", 12, "partitions of the topic (the native API has no topic metadata; ignored with --kafka)")
 	fs.IntVar(&o.members, "members", 3, "members to run in this process")
-	fs.StringVar(&o.remote, "remote", member.DefaultBootstrap, "comma-separated native API addresses of cohortd nodes")
+	fs.StringVar(&o.remote, "remote", cmp.Or(os.Getenv("COHORT_REMOTE_ADDR"), member.DefaultBootstrap), "comma-separated native API addresses of cohortd nodes (env COHORT_REMOTE_ADDR, as for cohortd and cohortctl)")
 	fs.StringVar(&o.kafka, "kafka", "", "comma-separated Kafka listener addresses: use the Kafka protocol instead of the native API (works against any Kafka broker too)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "host:port where this process receives native API answers (port 0 picks one)")
 	fs.StringVar(&o.balancers, "balancers", "cooperative-sticky,range", "assignors in preference order: range, roundrobin, sticky, cooperative-sticky")

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestKcatQuickstart is the README's first steps: a coordinator started
+// TestKcatQuickstart is the README's Kafka client step (docs/kafka-clients.md): a coordinator started
 // with its defaults, then `kcat -G group topic` for a topic nobody created.
 // The consumer must be assigned the topic's partition (librdkafka never asks
 // Metadata to create a topic it subscribes to; cohort creates it anyway by
