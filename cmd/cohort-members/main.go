@@ -30,6 +30,7 @@ import (
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/assignor"
+	"github.com/cohort-coord/cohort/internal/buildinfo"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
@@ -72,8 +73,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tls.CAFile, "tls-ca-file", "", "CA certificates of the nodes; alone it turns on TLS to the Kafka listener without a client certificate")
 	fs.StringVar(&o.saslMechanism, "sasl-mechanism", "", "with --kafka: authenticate with SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from COHORT_SASL_PASSWORD)")
 	fs.StringVar(&o.saslUser, "sasl-username", "", "SASL user name")
+	version := buildinfo.Flag(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *version {
+		return o, buildinfo.ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -181,6 +186,10 @@ func count(ps []assignor.TopicPartitions) int {
 func run(args []string, stdout, stderr io.Writer) int {
 	o, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, buildinfo.ErrVersion) {
+		fmt.Fprintln(stdout, buildinfo.Read().String("cohort-members"))
 		return 0
 	}
 	if err != nil {

@@ -30,3 +30,10 @@ func TestBadFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "cohort-members ") || !strings.Contains(out.String(), "revision ") {
+		t.Fatalf("--version: code %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
