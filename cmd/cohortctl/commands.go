@@ -58,6 +58,9 @@ func (c *cli) groupsDelete(ctx context.Context, group string) error {
 	if len(resp.Groups) != 1 {
 		return fmt.Errorf("delete %s: %d groups in the answer", group, len(resp.Groups))
 	}
+	if resp.Groups[0].ErrorCode == kerr.GroupIDNotFound.Code {
+		return fmt.Errorf("group %s %w", group, errNoGroup)
+	}
 	if err := codeErr("delete "+group, resp.Groups[0].ErrorCode); err != nil {
 		return err
 	}
