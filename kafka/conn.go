@@ -112,6 +112,8 @@ type conn struct {
 	// otherwise; saslRaw: a v0 handshake chose raw SASL tokens.
 	sasl    *security.Session
 	saslRaw bool
+	// saslMech is the mechanism the client's handshake asked for.
+	saslMech string
 }
 
 // pending is one request's slot in the answer order, and the work a worker
