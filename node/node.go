@@ -288,7 +288,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return log.With("component", "actor")
+		return slog.New(disconnectHandler{log.Handler()}).With("component", "actor")
 	}))
 	if cfg.RemoteAddr != "" {
 		if err = n.startRemote(); err != nil {
