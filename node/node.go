@@ -517,7 +517,12 @@ func (n *Node) startRemote() (err error) {
 	}
 	opts := []remote.ConfigOption{remote.WithServerOptions(server...)}
 	if n.cfg.TLS.Native {
-		opts = admin.RemoteTLS(n.tls, server...)
+		// admin.RemoteTLS, with refused handshakes logged (refusals.go).
+		creds := newRefusalLog(n.tls.GRPCServer(), n.log.With("listener", "native"))
+		opts = []remote.ConfigOption{
+			remote.WithServerOptions(append(server, grpc.Creds(creds))...),
+			remote.WithDialOptions(grpc.WithTransportCredentials(n.tls.GRPCClient())),
+		}
 	}
 	cfg := remote.Configure(host, port, opts...)
 	n.remote = remote.NewRemote(n.system, cfg)
