@@ -517,12 +517,7 @@ func (n *Node) startRemote() (err error) {
 	}
 	opts := []remote.ConfigOption{remote.WithServerOptions(server...)}
 	if n.cfg.TLS.Native {
-		// admin.RemoteTLS, with refused handshakes logged (refusals.go).
-		creds := newRefusalLog(n.tls.GRPCServer(), n.log.With("listener", "native"))
-		opts = []remote.ConfigOption{
-			remote.WithServerOptions(append(server, grpc.Creds(creds))...),
-			remote.WithDialOptions(grpc.WithTransportCredentials(n.tls.GRPCClient())),
-		}
+		opts = nativeTLS(n.tls, n.log.With("listener", "native"), server...)
 	}
 	cfg := remote.Configure(host, port, opts...)
 	n.remote = remote.NewRemote(n.system, cfg)

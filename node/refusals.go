@@ -8,9 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asynkron/protoactor-go/remote"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/cohort-coord/cohort/internal/ratelog"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 // refusalLog wraps the native API's TLS server credentials so that a
@@ -23,6 +26,15 @@ type refusalLog struct {
 	credentials.TransportCredentials
 	log *slog.Logger
 	lim *ratelog.Limiter
+}
+
+// nativeTLS is admin.RemoteTLS with refused handshakes logged to log.
+func nativeTLS(src *tlsconfig.Source, log *slog.Logger, server ...grpc.ServerOption) []remote.ConfigOption {
+	creds := newRefusalLog(src.GRPCServer(), log)
+	return []remote.ConfigOption{
+		remote.WithServerOptions(append(append([]grpc.ServerOption(nil), server...), grpc.Creds(creds))...),
+		remote.WithDialOptions(grpc.WithTransportCredentials(src.GRPCClient())),
+	}
 }
 
 func newRefusalLog(creds credentials.TransportCredentials, log *slog.Logger) refusalLog {
