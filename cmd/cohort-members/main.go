@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -93,6 +94,25 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+// checkNativeTLS refuses at once a native API address whose TLS does not
+// match the flags (admin.Probe), which the members would otherwise retry
+// without end. A node not reachable yet is left to the members' retries.
+func checkNativeTLS(addr string, files tlsconfig.Files) error {
+	var cfg *tls.Config
+	if files.Enabled() {
+		c, err := tlsconfig.ClientConfig(files)
+		if err != nil {
+			return err
+		}
+		cfg = c
+	}
+	err := admin.Probe(context.Background(), addr, cfg)
+	if errors.Is(err, admin.ErrTLSRequired) || errors.Is(err, admin.ErrNotTLS) {
+		return err
+	}
+	return nil
 }
 
 func balancers(spec string) ([]assignor.Balancer, error) {
@@ -223,6 +243,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			kopts = append(kopts, opt)
 		}
 		transport = member.KafkaWithOptions(split(o.kafka), kopts...)
+	} else if err := checkNativeTLS(split(o.remote)[0], o.tls); err != nil {
+		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+		return 1
 	} else if err := startRemote(system, o.listen, o.tls); err != nil {
 		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
 		return 1
