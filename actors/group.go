@@ -236,8 +236,8 @@ func (a *groupActor) onWake(ctx actor.Context) {
 		}
 		before := a.g.NumMembers()
 		a.g.OnTimer(now, f.key, &a.fx)
-		if (f.key.Kind == coordinator.TimerMember || f.key.Kind == coordinator.TimerSync) && a.g.NumMembers() < before {
-			a.memberExpired(f.key.Member, f.key.Kind)
+		if n := a.g.NumMembers(); n < before {
+			a.membersExpired(f.key, before-n)
 		}
 		a.execute(ctx)
 	}

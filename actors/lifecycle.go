@@ -46,15 +46,19 @@ func (a *groupActor) lifecycle(prev, cur coordinator.State) {
 	}
 }
 
-// memberExpired logs a member removed because its session (or its wait
-// for SyncGroup) ran out.
-func (a *groupActor) memberExpired(member string, kind coordinator.TimerKind) {
-	what := "session"
-	if kind == coordinator.TimerSync {
-		what = "sync"
+// membersExpired logs members removed by a timer: one whose session ran
+// out (TimerMember), or those that did not rejoin before the rebalance
+// timeout (TimerJoin) or did not sync in time (TimerSync).
+func (a *groupActor) membersExpired(key coordinator.TimerKey, removed int) {
+	attrs := []slog.Attr{slog.String("group", a.id), slog.Int("generation", int(a.g.Generation())), slog.Int("members", a.g.NumMembers())}
+	switch key.Kind {
+	case coordinator.TimerMember:
+		a.logLifecycle("member removed on session expiry", append(attrs, slog.String("member", key.Member))...)
+	case coordinator.TimerJoin:
+		a.logLifecycle("members removed: not rejoined before the rebalance timeout", append(attrs, slog.Int("removed", removed))...)
+	case coordinator.TimerSync:
+		a.logLifecycle("members removed: no SyncGroup before the rebalance timeout", append(attrs, slog.Int("removed", removed))...)
 	}
-	a.logLifecycle("member removed on "+what+" expiry", slog.String("group", a.id), slog.String("member", member),
-		slog.Int("generation", int(a.g.Generation())), slog.Int("members", a.g.NumMembers()))
 }
 
 func (a *groupActor) logLifecycle(msg string, attrs ...slog.Attr) {

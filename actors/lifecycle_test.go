@@ -115,3 +115,34 @@ func TestLifecycleRateLimited(t *testing.T) {
 		}
 	})
 }
+
+// A member that does not rejoin before the rebalance timeout is removed,
+// and the line says how many were.
+func TestLifecycleRebalanceTimeoutLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs testlog.Buffer
+		svc := startLogged(t, &logs)
+		ids, gen := formGroup(t, svc, "g", 2)
+		req := joinReq("g", "c0", ids[0])
+		req.Protocols[0].Metadata = []byte{0, 0, 0, 0, 0, 1}
+		done := make(chan *pb.JoinGroupResponse)
+		go func() { done <- ask[*pb.JoinGroupResponse](t, svc, req) }()
+		for r := (*pb.JoinGroupResponse)(nil); r == nil; {
+			select {
+			case r = <-done:
+			case <-time.After(5 * time.Second): // ids[1] heartbeats but never rejoins
+				ask[*pb.HeartbeatResponse](t, svc, &pb.HeartbeatRequest{GroupId: "g", GenerationId: gen, MemberId: ids[1]})
+			}
+		}
+		synctest.Wait()
+		out := logs.String()
+		for _, want := range []string{
+			`msg="preparing to rebalance group" group=g generation=1 members=2 reason=metadata`,
+			`msg="members removed: not rejoined before the rebalance timeout" group=g generation=2 members=1 removed=1`,
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("log lacks %s:\n%s", want, out)
+			}
+		}
+	})
+}
