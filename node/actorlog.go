@@ -2,12 +2,9 @@ package node
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
-	"net"
-	"strings"
-	"syscall"
+
+	"github.com/cohort-coord/cohort/internal/disconnect"
 )
 
 // disconnectHandler is the handler of protoactor's log (the native API's
@@ -43,32 +40,11 @@ func (h disconnectHandler) WithGroup(name string) slog.Handler {
 func hasDisconnect(r slog.Record) bool {
 	found := false
 	r.Attrs(func(a slog.Attr) bool {
-		if err, ok := a.Value.Any().(error); ok && isDisconnect(err) {
+		if err, ok := a.Value.Any().(error); ok && disconnect.Is(err) {
 			found = true
 			return false
 		}
 		return true
 	})
 	return found
-}
-
-// disconnectTexts are how a gone peer reads in errors that lost their
-// type on the way (gRPC statuses carry only the text).
-var disconnectTexts = []string{
-	"EOF", "connection reset by peer", "broken pipe", "use of closed network connection",
-	"code = Canceled", "transport is closing", "client connection is closing",
-}
-
-func isDisconnect(err error) bool {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, context.Canceled) {
-		return true
-	}
-	msg := err.Error()
-	for _, t := range disconnectTexts {
-		if strings.Contains(msg, t) {
-			return true
-		}
-	}
-	return false
 }

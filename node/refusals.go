@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/cohort-coord/cohort/internal/disconnect"
 	"github.com/cohort-coord/cohort/internal/ratelog"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
@@ -62,7 +63,7 @@ func refusalReason(err error) (string, slog.Level) {
 		return "TLS required", slog.LevelWarn
 	case strings.Contains(err.Error(), "didn't provide a certificate"):
 		return "client certificate required", slog.LevelWarn
-	case isDisconnect(err):
+	case disconnect.Is(err):
 		return "client went away during the TLS handshake", slog.LevelDebug
 	}
 	return "TLS handshake failed", slog.LevelWarn
