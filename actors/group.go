@@ -235,7 +235,11 @@ func (a *groupActor) onWake(ctx actor.Context) {
 		case coordinator.TimerOffsetExpiry:
 			a.track.cause = causeRetention
 		}
+		before := a.g.NumMembers()
 		a.g.OnTimer(now, f.key, &a.fx)
+		if n := a.g.NumMembers(); n < before {
+			a.membersExpired(f.key, before-n)
+		}
 		a.execute(ctx)
 	}
 	t.firing = false
@@ -394,6 +398,9 @@ func (a *groupActor) publishSummary(ctx actor.Context) {
 		// boxing the values would cost allocations on each.)
 		a.env.log.Debug("group state", slog.String("group", a.id), slog.String("state", s.state.String()), slog.Int("generation", int(a.g.Generation())), slog.Int("members", a.g.NumMembers()))
 	}
+	if s.state != a.summary.state && a.summary.id != "" {
+		a.lifecycle(a.summary.state, s.state)
+	}
 	if s != a.summary {
 		a.summary = s
 		msg := s // allocated only when sent
@@ -406,7 +413,7 @@ func (a *groupActor) onGone(ctx actor.Context) {
 		a.env.observer.forget(a.id)
 	}
 	a.stopTimers()
-	a.env.log.Debug("group gone", slog.String("group", a.id))
+	a.logLifecycle("group deleted", slog.String("group", a.id))
 	a.behavior.Become(a.dead)
 	ctx.Send(ctx.Parent(), &groupGone{id: a.id, pid: ctx.Self()})
 }

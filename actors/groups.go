@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
+	"github.com/cohort-coord/cohort/internal/ratelog"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -26,6 +27,8 @@ type env struct {
 	clock  Clock
 	system *actor.ActorSystem
 	log    *slog.Logger
+	// lifecycle bounds the group lifecycle lines (lifecycle.go).
+	lifecycle *ratelog.Limiter
 	// directory maps group ids to their actors for local calls, which go
 	// straight to the group actor; the router keeps it current.
 	directory *directory

@@ -148,7 +148,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer, lease: opts.Lease, workers: newWorkers()}
+	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer, lease: opts.Lease, workers: newWorkers(), lifecycle: newLifecycleLimiter()}
 	if e.store == nil {
 		return nil, errors.New("actors: a store is required")
 	}

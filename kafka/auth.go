@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,6 +86,7 @@ func (c *conn) saslRequest(h header, body []byte) error {
 		}
 		r := kmsg.NewPtrSASLHandshakeResponse()
 		r.SupportedMechanisms = c.sasl.Mechanisms()
+		c.saslMech = req.Mechanism
 		if err := c.sasl.Handshake(req.Mechanism); err != nil {
 			r.ErrorCode, failed = saslCode(err), err
 		} else if h.version == 0 {
@@ -157,16 +159,16 @@ func (c *conn) saslToken(token []byte) error {
 	return c.enqueue(&pending{raw: true, token: out})
 }
 
-// logSASL logs an authentication's outcome: the mechanism and the user
-// name, never a token.
+// logSASL counts and logs an authentication's outcome: the mechanism and
+// the user name, never a token.
 func (c *conn) logSASL(err error) {
 	switch {
 	case err != nil:
 		c.l.authFailures.Add(1)
-		c.l.log.Info("SASL authentication failed", "remote", c.nc.RemoteAddr().String(), "mechanism", c.sasl.Mechanism(), "user", c.sasl.User(), "err", err)
+		c.l.saslOutcome(c.nc.RemoteAddr().String(), cmp.Or(c.sasl.Mechanism(), c.saslMech), c.sasl.User(), err, security.Principal{})
 	case c.sasl.Phase() == security.Authenticated:
 		c.principal = c.sasl.Principal()
-		c.l.log.Debug("SASL authenticated", "remote", c.nc.RemoteAddr().String(), "mechanism", c.sasl.Mechanism(), "principal", c.principal.String())
+		c.l.saslOutcome(c.nc.RemoteAddr().String(), c.sasl.Mechanism(), c.sasl.User(), nil, c.principal)
 	}
 }
 
@@ -198,8 +200,20 @@ func (l *Listener) saslAuthenticate(_ context.Context, _ *request, _ *kmsg.SASLA
 }
 
 // authorize reports whether the connection's principal may perform op on
-// the resource; true when authorization is off.
+// the resource; true when authorization is off. A denial is counted and
+// logged (audit.go).
 func (r *request) authorize(op kmsg.ACLOperation, rt kmsg.ACLResourceType, name string) bool {
+	if r.may(op, rt, name) {
+		return true
+	}
+	r.denied(op, rt, name)
+	return false
+}
+
+// may is authorize without counting or logging a denial: for answers that
+// only describe what is allowed (authorized_operations) or leave out what is
+// not (listings), as Kafka's authorizer does not log those either.
+func (r *request) may(op kmsg.ACLOperation, rt kmsg.ACLResourceType, name string) bool {
 	a := r.c.l.authz
 	if a == nil {
 		return true
@@ -228,7 +242,7 @@ var (
 // createAllowed: CREATE on the cluster or on the topic, as Kafka checks
 // CreateTopics and auto-creation.
 func (r *request) createAllowed(topic string) bool {
-	return r.clusterAllowed(kmsg.ACLOperationCreate) || r.topicAllowed(kmsg.ACLOperationCreate, topic)
+	return r.may(kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, security.ClusterName) || r.topicAllowed(kmsg.ACLOperationCreate, topic)
 }
 
 // Operations reported in authorized_operations; without authorization
@@ -241,7 +255,7 @@ var (
 func (r *request) operations(rt kmsg.ACLResourceType, name string, ops []kmsg.ACLOperation) int32 {
 	var bits int32
 	for _, op := range ops {
-		if r.authorize(op, rt, name) {
+		if r.may(op, rt, name) {
 			bits |= 1 << op
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -62,6 +63,13 @@ func addUser(t testing.TB, s *security.Store, user, pass string) {
 // set (superuser admin), and a user alice.
 func secureServer(t testing.TB, authz bool, log *slog.Logger) (*testServer, *security.Store) {
 	t.Helper()
+	return secureServerWith(t, authz, log, nil)
+}
+
+// secureServerWith is secureServer with its metrics registered with reg
+// (nil: none).
+func secureServerWith(t testing.TB, authz bool, log *slog.Logger, reg prometheus.Registerer) (*testServer, *security.Store) {
+	t.Helper()
 	store := security.NewStore()
 	addUser(t, store, adminUser, adminPass)
 	addUser(t, store, aliceUser, alicePass)
@@ -70,11 +78,11 @@ func secureServer(t testing.TB, authz bool, log *slog.Logger) (*testServer, *sec
 		sec.Authorizer = security.NewAuthorizer(store, []security.Principal{security.User(adminUser)})
 	}
 	if log == nil {
-		return startServer(t, nil, func(c *Config) { c.Security = sec }), store
+		return startServer(t, nil, func(c *Config) { c.Security, c.Metrics = sec, reg }), store
 	}
 	// A server logging to log, set before it serves.
 	cfg := DefaultConfig()
-	cfg.Addr, cfg.NodeID, cfg.Security = "127.0.0.1:0", 1, sec
+	cfg.Addr, cfg.NodeID, cfg.Security, cfg.Metrics = "127.0.0.1:0", 1, sec, reg
 	topics := catalog.New()
 	if err := topics.Apply(catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 3}); err != nil {
 		t.Fatal(err)

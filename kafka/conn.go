@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"reflect"
 	"runtime/debug"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
+	"github.com/cohort-coord/cohort/internal/disconnect"
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/security"
 )
@@ -112,6 +114,8 @@ type conn struct {
 	// otherwise; saslRaw: a v0 handshake chose raw SASL tokens.
 	sasl    *security.Session
 	saslRaw bool
+	// saslMech is the mechanism the client's handshake asked for.
+	saslMech string
 }
 
 // pending is one request's slot in the answer order, and the work a worker
@@ -238,7 +242,11 @@ func (c *conn) serve() {
 		if err := c.handshake(tc); err != nil {
 			// Logged before it is counted: whoever sees the count (a test
 			// waiting for it) finds the line written.
-			c.l.log.Warn("closing connection: TLS handshake failed", "remote", c.nc.RemoteAddr().String(), "err", err)
+			level := slog.LevelWarn
+			if disconnect.Is(err) { // a client (or a TCP health check) that left
+				level = slog.LevelDebug
+			}
+			c.l.log.Log(context.Background(), level, "closing connection: TLS handshake failed", "remote", c.nc.RemoteAddr().String(), "err", err)
 			c.l.bad.Add(1)
 			c.close()
 			return

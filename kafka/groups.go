@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	"github.com/cohort-coord/cohort/security"
 )
 
 const (
@@ -720,9 +721,9 @@ func (l *Listener) listGroups(ctx context.Context, r *request, req *kmsg.ListGro
 		return resp
 	}
 	resp.ErrorCode = int16(out.ErrorCode)
-	all := r.clusterAllowed(kmsg.ACLOperationDescribe)
+	all := r.may(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, security.ClusterName)
 	for _, g := range out.Groups {
-		if !all && !r.groupAllowed(kmsg.ACLOperationDescribe, g.GroupId) {
+		if !all && !r.may(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeGroup, g.GroupId) {
 			continue // Kafka leaves out what the caller may not describe
 		}
 		kg := kmsg.NewListGroupsResponseGroup()

@@ -229,6 +229,8 @@ type Listener struct {
 	async            AsyncGroups // nil: every call waits on a worker
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
+	// audit counts and logs SASL outcomes and ACL denials (audit.go).
+	audit *audit
 
 	// onJoin, when set (tests), observes every JoinGroup version received.
 	onJoin func(clientID string, version int16)
@@ -312,6 +314,7 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 	if cfg.Metrics != nil {
 		l.metrics = newMetrics(cfg.Metrics, l)
 	}
+	l.audit = newAudit(cfg.Metrics)
 	return l, nil
 }
 

@@ -240,3 +240,23 @@ func waitUntil(t testing.TB, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A client that connects and leaves before the TLS handshake (a TCP health
+// check) is no warning: the line goes to DEBUG, while a plaintext client
+// after it is still logged.
+func TestLeavingBeforeHandshakeNotWarned(t *testing.T) {
+	fx := startTLS(t, tlsconfig.ClientAuthNone)
+	nc, err := net.Dial("tcp", fx.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	waitUntil(t, "the closed connection counted", func() bool { return fx.l.Stats().BadConnections == 1 })
+	plain := dial(t, fx.l.Addr())
+	plain.send(&kmsg.ApiVersionsRequest{Version: 3})
+	plain.expectClosed()
+	waitUntil(t, "the plaintext connection counted", func() bool { return fx.l.Stats().BadConnections == 2 })
+	if n := strings.Count(fx.log.String(), "TLS handshake failed"); n != 1 || !strings.Contains(fx.log.String(), "first record does not look like a TLS handshake") {
+		t.Fatalf("%d handshake failures logged at INFO and above, want the plaintext client's only:\n%s", n, fx.log.String())
+	}
+}

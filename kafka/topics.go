@@ -81,10 +81,10 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 	all := req.Topics == nil || (r.version == 0 && len(req.Topics) == 0)
 	autoCreate := l.autoOn && (r.version < 4 || req.AllowAutoTopicCreation || !l.cfg.AutoCreateOnlyWhenAllowed)
 	add := func(t catalog.Topic, code int16, name *string) {
-		if name != nil && !r.topicAllowed(kmsg.ACLOperationDescribe, *name) {
-			if all {
-				return // Kafka leaves out what the caller may not describe
-			}
+		if name != nil && all && !r.may(kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeTopic, *name) {
+			return // Kafka leaves out what the caller may not describe
+		}
+		if name != nil && !all && !r.topicAllowed(kmsg.ACLOperationDescribe, *name) {
 			t, code = catalog.Topic{}, topicDenied
 		}
 		mt := kmsg.NewMetadataResponseTopic()

@@ -288,7 +288,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return log.With("component", "actor")
+		return slog.New(disconnectHandler{log.Handler()}).With("component", "actor")
 	}))
 	if cfg.RemoteAddr != "" {
 		if err = n.startRemote(); err != nil {
@@ -522,7 +522,7 @@ func (n *Node) startRemote() (err error) {
 	}
 	opts := []remote.ConfigOption{remote.WithServerOptions(server...)}
 	if n.cfg.TLS.Native {
-		opts = admin.RemoteTLS(n.tls, server...)
+		opts = nativeTLS(n.tls, n.log.With("listener", "native"), server...)
 	}
 	cfg := remote.Configure(host, port, opts...)
 	n.remote = remote.NewRemote(n.system, cfg)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cohort-coord/cohort/actors"
+	"github.com/cohort-coord/cohort/internal/buildinfo"
 	"github.com/cohort-coord/cohort/ops"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 )
@@ -83,6 +84,13 @@ func (n *Node) startMetrics() error {
 	if n.cfg.MetricsOff {
 		return nil
 	}
+	bi := buildinfo.Read()
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cohort_build_info",
+		Help: "Always 1; its labels say which build the node runs: the module version, the VCS revision and the Go version.",
+	}, []string{"version", "revision", "goversion"})
+	build.WithLabelValues(bi.Version, bi.Revision, bi.GoVersion).Set(1)
+	n.registry.MustRegister(build)
 	n.observer = actors.NewObserver(n.registry)
 	return n.raft.RegisterMetrics(n.registry)
 }

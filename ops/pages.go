@@ -188,8 +188,12 @@ th{background:#f0f0f0} code{font-size:12px} .ok{color:#2f7d32} .fail{color:#c628
 svg text{font:11px system-ui,sans-serif}
 </style>`
 
+// refresh reloads a status page every few seconds, so that a page left
+// open follows the cluster (a meta refresh: the pages stay script-free).
+const refresh = `<meta http-equiv="refresh" content="5">`
+
 var overviewTmpl = template.Must(template.New("overview").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>cohort {{.Cluster.NodeId}}</title>` + style + `</head><body>
+<html><head><meta charset="utf-8">` + refresh + `<title>cohort {{.Cluster.NodeId}}</title>` + style + `</head><body>
 <h1>cohort node {{.Cluster.NodeId}}</h1>
 <p id="readiness">{{if .Ready.Ready}}<span class="badge" style="background:#2f7d32">ready</span>{{else}}<span class="badge" style="background:#c62828">not ready</span>{{end}}
 {{range .Ready}} <span class="{{if .OK}}ok{{else}}fail{{end}}">{{.Name}}{{if not .OK}}: {{.Detail}}{{end}}</span>{{end}}</p>
@@ -207,7 +211,7 @@ var overviewTmpl = template.Must(template.New("overview").Parse(`<!doctype html>
 </body></html>`))
 
 var groupTmpl = template.Must(template.New("group").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>group {{.Group.ID}}</title>` + style + `</head><body>
+<html><head><meta charset="utf-8">` + refresh + `<title>group {{.Group.ID}}</title>` + style + `</head><body>
 <p><a href="/">← cluster</a></p>
 <h1>group {{.Group.ID}}</h1>
 <table id="summary"><tr><th>state</th><th>protocol type</th><th>protocol</th><th>generation</th><th>members</th></tr>

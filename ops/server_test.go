@@ -66,7 +66,7 @@ func TestEndpoints(t *testing.T) {
 	if code, body := get(t, s, "/metrics"); code != 200 || !strings.Contains(body, "cohort_test_total 0") {
 		t.Fatalf("metrics: %d %q", code, body)
 	}
-	if code, body := get(t, s, "/"); code != 200 || !strings.Contains(body, "No groups coordinated here (groups live on the leader, none known)") {
+	if code, body := get(t, s, "/"); code != 200 || !strings.Contains(body, "No groups coordinated here (groups live on the leader, none known)") || !strings.Contains(body, `<meta http-equiv="refresh" content="5">`) {
 		t.Fatalf("overview: %d %q", code, body)
 	}
 	if code, _ := get(t, s, "/groups/nope"); code != 404 {
@@ -78,7 +78,7 @@ func TestEndpoints(t *testing.T) {
 		{Generation: 2, Cause: actors.CauseLeave, Started: t0.Add(time.Minute), Completed: t0.Add(time.Minute + 2*time.Second), Left: []string{"m2"},
 			Moved: []actors.Move{{Topic: "t", Partition: 1, From: "m2", To: "m1"}}},
 	}}}
-	if code, body := get(t, s, "/groups/a/b"); code != 200 || !strings.Contains(body, "group a/b") {
+	if code, body := get(t, s, "/groups/a/b"); code != 200 || !strings.Contains(body, "group a/b") || !strings.Contains(body, `http-equiv="refresh"`) {
 		t.Fatalf("group with a slash: %d %q", code, body)
 	}
 	code, body := get(t, s, "/groups/%3Cg%3E")

@@ -2,9 +2,12 @@ package raftfsm
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"slices"
+	"strconv"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -34,7 +37,47 @@ func toSlog(level hclog.Level) slog.Level {
 }
 
 func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
-	h.l.Log(context.Background(), toSlog(level), msg, args...)
+	h.l.Log(context.Background(), toSlog(level), msg, formatArgs(args)...)
+}
+
+// formatArgs renders the values hclog formats itself (hclog.Fmt and its
+// Hex, Octal, Binary and Quote), which slog would print as they are: raft
+// logs its configuration as hclog.Fmt("%+v", servers), which came out as
+// servers="[%+v [...]]".
+func formatArgs(args []any) []any {
+	var out []any
+	for i, a := range args {
+		var s string
+		switch v := a.(type) {
+		case hclog.Format:
+			if len(v) == 0 {
+				continue
+			}
+			f, ok := v[0].(string)
+			if !ok {
+				continue
+			}
+			s = fmt.Sprintf(f, v[1:]...)
+		case hclog.Hex:
+			s = fmt.Sprintf("0x%x", int(v))
+		case hclog.Octal:
+			s = fmt.Sprintf("0%o", int(v))
+		case hclog.Binary:
+			s = fmt.Sprintf("0b%b", int(v))
+		case hclog.Quote:
+			s = strconv.Quote(string(v))
+		default:
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(args)
+		}
+		out[i] = s
+	}
+	if out == nil {
+		return args
+	}
+	return out
 }
 func (h *hclogAdapter) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }
 func (h *hclogAdapter) Debug(msg string, args ...any) { h.Log(hclog.Debug, msg, args...) }
@@ -63,7 +106,7 @@ func (h *hclogAdapter) Named(n string) hclog.Logger {
 	return &hclogAdapter{l: h.l, name: n, args: h.args}
 }
 func (h *hclogAdapter) With(args ...any) hclog.Logger {
-	return &hclogAdapter{l: h.l.With(args...), name: h.name, args: append(append([]any{}, h.args...), args...)}
+	return &hclogAdapter{l: h.l.With(formatArgs(args)...), name: h.name, args: append(append([]any{}, h.args...), args...)}
 }
 func (h *hclogAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
 	return slog.NewLogLogger(h.l.Handler(), slog.LevelInfo)

@@ -221,11 +221,11 @@ func TestTLSCluster(t *testing.T) {
 	}
 	cf := p.issue(t, p.ca, "operator")
 	out := runCtl(t, ctl, append(append([]string{"--bootstrap", strings.Join(seeds, ","), "--json"}, tlsArgs(cf)...), "groups", "describe", group)...)
-	var info struct {
+	var info []struct {
 		State   string
 		Members []json.RawMessage
 	}
-	if err := json.Unmarshal(out, &info); err != nil || info.State != "Stable" || len(info.Members) != 2 {
+	if err := json.Unmarshal(out, &info); err != nil || len(info) != 1 || info[0].State != "Stable" || len(info[0].Members) != 2 {
 		t.Fatalf("cohortctl groups describe over TLS: %s (%v)", out, err)
 	}
 	leader := c.WaitLeader(20 * time.Second)

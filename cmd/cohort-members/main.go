@@ -10,6 +10,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,6 +32,7 @@ import (
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/assignor"
+	"github.com/cohort-coord/cohort/internal/buildinfo"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
@@ -73,8 +75,12 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.tls.CAFile, "tls-ca-file", "", "CA certificates of the nodes; alone it turns on TLS to the Kafka listener without a client certificate")
 	fs.StringVar(&o.saslMechanism, "sasl-mechanism", "", "with --kafka: authenticate with SASL PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (password from COHORT_SASL_PASSWORD)")
 	fs.StringVar(&o.saslUser, "sasl-username", "", "SASL user name")
+	version := buildinfo.Flag(fs)
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if *version {
+		return o, buildinfo.ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -89,6 +95,25 @@ func parse(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+// checkNativeTLS refuses at once a native API address whose TLS does not
+// match the flags (admin.Probe), which the members would otherwise retry
+// without end. A node not reachable yet is left to the members' retries.
+func checkNativeTLS(addr string, files tlsconfig.Files) error {
+	var cfg *tls.Config
+	if files.Enabled() {
+		c, err := tlsconfig.ClientConfig(files)
+		if err != nil {
+			return err
+		}
+		cfg = c
+	}
+	err := admin.Probe(context.Background(), addr, cfg)
+	if errors.Is(err, admin.ErrTLSRequired) || errors.Is(err, admin.ErrNotTLS) {
+		return err
+	}
+	return nil
 }
 
 func balancers(spec string) ([]assignor.Balancer, error) {
@@ -184,6 +209,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	if errors.Is(err, buildinfo.ErrVersion) {
+		fmt.Fprintln(stdout, buildinfo.Read().String("cohort-members"))
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
 		return 2
@@ -215,6 +244,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			kopts = append(kopts, opt)
 		}
 		transport = member.KafkaWithOptions(split(o.kafka), kopts...)
+	} else if err := checkNativeTLS(split(o.remote)[0], o.tls); err != nil {
+		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
+		return 1
 	} else if err := startRemote(system, o.listen, o.tls); err != nil {
 		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
 		return 1

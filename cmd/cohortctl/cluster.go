@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cohort-coord/cohort/admin"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
+	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
 // The cluster commands speak cohort's native API (protoactor remote), not
@@ -47,7 +49,7 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 	var req proto.Message
 	switch {
 	case rest[0] == "status" && len(rest) == 1:
-		a, err := c.adminListen(*listen)
+		a, err := c.adminListen(ctx, *listen, addr)
 		if err != nil {
 			return err
 		}
@@ -65,7 +67,7 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 	default:
 		return fmt.Errorf("%w: cluster %s", errUsage, clusterCommands)
 	}
-	a, err := c.adminListen(*listen)
+	a, err := c.adminListen(ctx, *listen, addr)
 	if err != nil {
 		return err
 	}
@@ -76,9 +78,21 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 	return c.print(res, func(w *tabwriter.Writer) { fmt.Fprintln(w, "ok") })
 }
 
-// adminListen starts the command's native API endpoint, over TLS when the
-// TLS flags say so.
-func (c *cli) adminListen(listen string) (*admin.Client, error) {
+// adminListen checks that the node at addr speaks what the TLS flags say
+// (admin.Probe: a mismatch is refused at once, not after the timeout) and
+// starts the command's native API endpoint, over TLS when the flags say so.
+func (c *cli) adminListen(ctx context.Context, listen, addr string) (*admin.Client, error) {
+	var probe *tls.Config
+	if c.tls != nil && c.tls.enabled() && c.tls.files.Enabled() {
+		cfg, err := tlsconfig.ClientConfig(c.tls.files)
+		if err != nil {
+			return nil, err
+		}
+		probe = cfg
+	}
+	if err := admin.Probe(ctx, addr, probe); err != nil {
+		return nil, err
+	}
 	if c.tls == nil {
 		return admin.Listen(listen)
 	}

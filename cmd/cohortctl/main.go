@@ -1,20 +1,28 @@
 // Command cohortctl administers consumer groups and topics over the Kafka
-// protocol, so it works against cohort and against any Kafka cluster.
+// protocol, so it works against cohort and against any Kafka cluster. Its
+// columns and flags are kafka-consumer-groups.sh's (GROUP, TOPIC, PARTITION,
+// CURRENT-OFFSET, LOG-END-OFFSET, LAG, CONSUMER-ID, HOST, CLIENT-ID) with
+// rpk's COORDINATOR and TOTAL-LAG; --json (anywhere on the line) prints the
+// same data with the same key names in every command.
 //
 //	cohortctl [--bootstrap host:port] [--json] groups list
-//	cohortctl groups describe [--members | --state] GROUP
+//	cohortctl groups describe [--members | --state] (GROUP... | --group G... | --all-groups)
 //	cohortctl groups delete GROUP
-//	cohortctl offsets GROUP
-//	cohortctl offsets reset GROUP --topic T (--to-offset N | --shift-by N) [--execute]
-//	cohortctl offsets reset GROUP --from-file plan.csv [--execute]
-//	cohortctl offsets delete GROUP --topic T [--partitions P,...]
+//	cohortctl offsets (GROUP... | --group G... | --all-groups)
+//	cohortctl offsets reset GROUP --topic T[:P,...] (--to-offset N | --shift-by N) [--dry-run | --execute] [--export]
+//	cohortctl offsets reset GROUP --from-file plan.csv [--dry-run | --execute]
+//	cohortctl offsets delete GROUP --topic T[:P,...]
 //	cohortctl topics list
 //	cohortctl topics create [--partitions N] [--replication-factor R] TOPIC
 //	cohortctl topics delete TOPIC
 //	cohortctl users list|describe|set|delete ...
 //	cohortctl acls list|create|delete ...
 //
-// --bootstrap defaults to $COHORT_BOOTSTRAP, else 127.0.0.1:9092.
+// --bootstrap defaults to $COHORT_BOOTSTRAP, else 127.0.0.1:9092. A group
+// that does not exist is an error (exit status 1); usage mistakes exit 2.
+// No command creates a topic by naming it: topics are looked up in the
+// full topic list, never through a Metadata request that names them (which a
+// broker with auto-creation answers by creating the topic).
 package main
 
 import (
@@ -26,12 +34,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/cohort-coord/cohort/internal/buildinfo"
 )
 
 const defaultBootstrap = "127.0.0.1:9092"
@@ -47,16 +58,29 @@ func main() {
 var errUsage = errors.New("usage")
 
 const usage = `usage: cohortctl [--bootstrap host:port] [--json] [--timeout d] [--tls] [--tls-cert-file F --tls-key-file F] [--tls-ca-file F] COMMAND
+       cohortctl --version
+
+--json may appear anywhere on the line; every command uses the same keys
+(group, topic, partition, current_offset, log_end_offset, lag, consumer_id,
+host, client_id, coordinator, total_lag, ...).
+
+GROUPS is one or more group names, --group G (repeatable) or --all-groups.
+A group that does not exist is an error (exit 1).
 
 commands:
   groups list                  groups with protocol type and state
-  groups describe [--members | --state] GROUP
-                               state, protocol, generation, members and their assignments
+  groups describe [--members | --state] GROUPS
+                               coordinator, state, generation, total lag, then per partition
+                               GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
   groups delete GROUP          delete an empty group and its offsets
-  offsets GROUP                committed offset, log end, lag and owner per partition
-  offsets reset GROUP (--topic T [--partitions P,...] (--to-offset N | --shift-by N) | --from-file CSV) [--execute]
-                               plan (and with --execute commit) new offsets; the group must have no members
-  offsets delete GROUP --topic T [--partitions P,...]
+  offsets GROUPS               the per-partition table of groups describe
+  offsets reset GROUP (--topic T[:P,...] [--partitions P,...] (--to-offset N | --shift-by N) | --from-file CSV)
+                [--dry-run | --execute] [--export]
+                               plan (dry run, the default) or commit new offsets; the group must have
+                               no members and every partition must exist (topics are never created).
+                               --topic repeats; --export prints the plan as topic,partition,offset
+                               CSV, which --from-file reads back
+  offsets delete GROUP --topic T[:P,...] [--partitions P,...]
                                delete committed offsets (OffsetDelete)
   topics list                  topics and partition counts
   topics create [--partitions N] [--replication-factor R] TOPIC
@@ -93,12 +117,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	timeout := fs.Duration("timeout", 15*time.Second, "deadline of the whole command")
 	tlsOpts := addTLSFlags(fs, getenv)
 	saslOpts := addSASLFlags(fs, getenv)
+	version := buildinfo.Flag(fs)
+	args, jsonAnywhere, err := takeJSON(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
+		return 2
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.Read().String("cohortctl"))
+		return 0
+	}
+	*asJSON = *asJSON || jsonAnywhere
 	if fs.NArg() == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -139,30 +174,34 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	switch {
 	case cmd == "groups list" && len(args) == 2:
 		return c.groupsList(ctx)
-	case cmd == "groups describe" && len(args) >= 3:
-		fs := flag.NewFlagSet("groups describe", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		members := fs.Bool("members", false, "")
-		state := fs.Bool("state", false, "")
-		group, err := parseGroupFlags(fs, args[2:])
-		if err != nil || (*members && *state) {
-			return fmt.Errorf("%w: groups describe [--members | --state] GROUP", errUsage)
+	case cmd == "groups describe":
+		var members, state bool
+		names, all, err := groupArgs(cmd, args[2:], func(fs *flag.FlagSet) {
+			fs.BoolVar(&members, "members", false, "")
+			fs.BoolVar(&state, "state", false, "")
+		})
+		if err != nil || (members && state) {
+			return fmt.Errorf("%w: groups describe [--members | --state] (GROUP... | --group G... | --all-groups)", errUsage)
 		}
 		view := viewAll
-		if *members {
+		if members {
 			view = viewMembers
-		} else if *state {
+		} else if state {
 			view = viewState
 		}
-		return c.groupsDescribe(ctx, group, view)
+		return c.groupsDescribe(ctx, names, all, view)
 	case cmd == "groups delete" && len(args) == 3:
 		return c.groupsDelete(ctx, args[2])
 	case cmd == "offsets reset" && len(args) > 2:
 		return c.offsetsReset(ctx, args[2:])
 	case cmd == "offsets delete" && len(args) > 2:
 		return c.offsetsDelete(ctx, args[2:])
-	case args[0] == "offsets" && len(args) == 2:
-		return c.offsets(ctx, args[1])
+	case args[0] == "offsets":
+		names, all, err := groupArgs("offsets", args[1:], nil)
+		if err != nil {
+			return fmt.Errorf("%w: offsets (GROUP... | --group G... | --all-groups)", errUsage)
+		}
+		return c.groupsDescribe(ctx, names, all, viewOffsets)
 	case args[0] == "users":
 		return c.users(ctx, args[1:], os.Stdin)
 	case args[0] == "acls":
@@ -184,6 +223,34 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		return c.topicsCreate(ctx, fs.Arg(0), int32(*parts), int16(*rf))
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, strings.Join(args, " "))
+}
+
+// takeJSON removes --json (or --json=true|false) from anywhere on the line,
+// so that it works after the command as before it, as rpk's --format does.
+// Arguments after "--" are left alone.
+func takeJSON(args []string) ([]string, bool, error) {
+	out := make([]string, 0, len(args))
+	on := false
+	for i, a := range args {
+		if a == "--" {
+			out = append(out, args[i:]...)
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "json" {
+			out = append(out, a)
+			continue
+		}
+		on = true
+		if hasVal {
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return nil, false, fmt.Errorf("%s: want true or false", a)
+			}
+			on = b
+		}
+	}
+	return out, on, nil
 }
 
 // print writes v as JSON, or calls table to write a table.

@@ -20,24 +20,27 @@ import (
 
 // The offset commands, as kafka-consumer-groups.sh and rpk group have them:
 //
-//	offsets reset GROUP --topic T [--partitions 0,1] --to-offset N | --shift-by N [--execute]
-//	offsets reset GROUP --from-file plan.csv [--execute]     (lines: topic,partition,offset)
-//	offsets delete GROUP --topic T [--partitions 0,1]
+//	offsets reset GROUP --topic T[:0,1] [--partitions 0,1] --to-offset N | --shift-by N [--dry-run | --execute] [--export]
+//	offsets reset GROUP --from-file plan.csv [--dry-run | --execute]    (lines: topic,partition,offset)
+//	offsets delete GROUP --topic T[:0,1] [--partitions 0,1]
 //
 // A reset prints its plan and changes nothing unless --execute is given;
-// it is refused while the group has members, as Kafka refuses it.
+// it is refused while the group has members, as Kafka refuses it, and when
+// a planned partition does not exist (dry run or not). --export prints the
+// plan as the CSV --from-file reads.
 const (
-	offsetsResetUsage  = "offsets reset GROUP (--topic T [--partitions P,...] (--to-offset N | --shift-by N) | --from-file CSV) [--execute]"
-	offsetsDeleteUsage = "offsets delete GROUP --topic T [--partitions P,...]"
+	offsetsResetUsage  = "offsets reset GROUP (--topic T[:P,...] [--partitions P,...] (--to-offset N | --shift-by N) | --from-file CSV) [--dry-run | --execute] [--export]"
+	offsetsDeleteUsage = "offsets delete GROUP --topic T[:P,...] [--partitions P,...]"
 )
 
 type resetRow struct {
-	Topic     string `json:"topic"`
-	Partition int32  `json:"partition"`
-	Current   *int64 `json:"current"`
-	New       int64  `json:"new"`
-	Executed  bool   `json:"executed"`
-	Error     string `json:"error,omitempty"`
+	Group         string `json:"group"`
+	Topic         string `json:"topic"`
+	Partition     int32  `json:"partition"`
+	CurrentOffset *int64 `json:"current_offset"`
+	NewOffset     int64  `json:"new_offset"`
+	Executed      bool   `json:"executed"`
+	Error         string `json:"error,omitempty"`
 }
 
 type partitionsFlag []int32
@@ -55,44 +58,83 @@ func (p *partitionsFlag) Set(s string) error {
 	return nil
 }
 
-// parseGroupFlags parses GROUP followed by flags (or flags then GROUP).
-func parseGroupFlags(fs *flag.FlagSet, args []string) (string, error) {
-	var group string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		group, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return "", err
-	}
-	if group == "" && fs.NArg() == 1 {
-		group = fs.Arg(0)
-	} else if fs.NArg() != 0 {
-		return "", fmt.Errorf("unexpected %q", fs.Args())
-	}
-	if group == "" {
-		return "", errors.New("no group")
-	}
-	return group, nil
+// topicSpec is one --topic: a topic, and the partitions after its colon
+// (none: every partition, or those of --partitions).
+type topicSpec struct {
+	topic string
+	parts []int32
 }
 
-// topicFlags is the flag set of an offsets command with its --topic and
-// --partitions.
-func topicFlags(name string) (*flag.FlagSet, *string, *partitionsFlag) {
+type topicsFlag []topicSpec
+
+func (t *topicsFlag) String() string { return fmt.Sprint(*t) }
+
+func (t *topicsFlag) Set(s string) error {
+	name, list, hasList := strings.Cut(s, ":")
+	if name == "" {
+		return fmt.Errorf("bad topic %q", s)
+	}
+	spec := topicSpec{topic: name}
+	if hasList {
+		var ps partitionsFlag
+		if err := ps.Set(list); err != nil {
+			return err
+		}
+		spec.parts = ps
+	}
+	*t = append(*t, spec)
+	return nil
+}
+
+// parseGroupFlags parses GROUP and flags in any order; --group G names the
+// group too.
+func parseGroupFlags(fs *flag.FlagSet, args []string) (string, error) {
+	var gs groupsFlag
+	fs.Var(&gs, "group", "")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return "", err
+	}
+	names := append([]string(gs), pos...)
+	if len(names) != 1 {
+		return "", fmt.Errorf("want one group, got %q", names)
+	}
+	return names[0], nil
+}
+
+// topicFlags is the flag set of an offsets command with its --topic
+// (repeatable, T or T:P,...) and --partitions (for every --topic without
+// its own list).
+func topicFlags(name string) (*flag.FlagSet, *topicsFlag, *partitionsFlag) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	parts := &partitionsFlag{}
+	parts, topics := &partitionsFlag{}, &topicsFlag{}
 	fs.Var(parts, "partitions", "")
-	return fs, fs.String("topic", "", ""), parts
+	fs.Var(topics, "topic", "")
+	return fs, topics, parts
+}
+
+// specs returns the --topic specs with --partitions applied to those
+// without a list of their own.
+func specs(topics topicsFlag, parts partitionsFlag) []topicSpec {
+	out := slices.Clone(topics)
+	for i := range out {
+		if out[i].parts == nil {
+			out[i].parts = parts
+		}
+	}
+	return out
 }
 
 func (c *cli) offsetsReset(ctx context.Context, args []string) error {
-	fs, topic, partsFlag := topicFlags("offsets reset")
+	fs, topicsF, partsFlag := topicFlags("offsets reset")
 	toOffset := fs.Int64("to-offset", -1, "")
 	shiftBy := fs.Int64("shift-by", 0, "")
 	fromFile := fs.String("from-file", "", "")
 	execute := fs.Bool("execute", false, "")
+	dryRun := fs.Bool("dry-run", false, "")
+	export := fs.Bool("export", false, "")
 	group, err := parseGroupFlags(fs, args)
-	parts := *partsFlag
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	modes := 0
@@ -106,20 +148,28 @@ func (c *cli) offsetsReset(ctx context.Context, args []string) error {
 		return fmt.Errorf("%w: %v: %s", errUsage, err, offsetsResetUsage)
 	case modes != 1:
 		return fmt.Errorf("%w: give one of --to-offset, --shift-by, --from-file: %s", errUsage, offsetsResetUsage)
-	case set["from-file"] && (*topic != "" || len(parts) > 0):
+	case set["from-file"] && (len(*topicsF) > 0 || len(*partsFlag) > 0):
 		return fmt.Errorf("%w: --from-file names its own partitions: %s", errUsage, offsetsResetUsage)
-	case !set["from-file"] && *topic == "":
+	case !set["from-file"] && len(*topicsF) == 0:
 		return fmt.Errorf("%w: --topic is required: %s", errUsage, offsetsResetUsage)
 	case set["to-offset"] && *toOffset < 0:
 		return fmt.Errorf("%w: --to-offset must not be negative", errUsage)
+	case *execute && *dryRun:
+		return fmt.Errorf("%w: --dry-run and --execute exclude each other", errUsage)
+	case *execute && *export:
+		return fmt.Errorf("%w: --export prints a dry run's plan; leave out --execute", errUsage)
 	}
 
-	info, err := c.describe(ctx, group)
-	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) { // a group not known yet has no members
+	found, _, err := c.describeGroups(ctx, []string{group})
+	if err != nil { // a group not known yet has no members: Kafka resets its offsets too
 		return err
 	}
-	if len(info.Members) > 0 {
+	if info := found[group]; info != nil && len(info.Members) > 0 {
 		return fmt.Errorf("group %s has %d live members (state %s): stop them before resetting its offsets", group, len(info.Members), info.State)
+	}
+	topics, err := c.topicPartitions(ctx)
+	if err != nil {
+		return err
 	}
 	current, err := c.committed(ctx, group)
 	if err != nil {
@@ -131,27 +181,49 @@ func (c *cli) offsetsReset(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		if len(parts) == 0 {
-			if parts, err = c.partitionsOf(ctx, *topic); err != nil {
-				return err
+		for _, sp := range specs(*topicsF, *partsFlag) {
+			ps := sp.parts
+			if len(ps) == 0 {
+				ps = topics[sp.topic]
 			}
-		}
-		for _, p := range parts {
-			r := resetRow{Topic: *topic, Partition: p, New: *toOffset}
-			if set["shift-by"] {
-				r.New = max(0, current[tpKey{*topic, p}]+*shiftBy)
+			if _, ok := topics[sp.topic]; !ok {
+				return fmt.Errorf("topic %s does not exist", sp.topic)
 			}
-			plan = append(plan, r)
+			for _, p := range ps {
+				r := resetRow{Topic: sp.topic, Partition: p, NewOffset: *toOffset}
+				if set["shift-by"] {
+					r.NewOffset = max(0, current[tpKey{sp.topic, p}]+*shiftBy)
+				}
+				plan = append(plan, r)
+			}
 		}
 	}
 	for i := range plan {
-		if off, ok := current[tpKey{plan[i].Topic, plan[i].Partition}]; ok {
-			plan[i].Current = &off
+		r := &plan[i]
+		ps, ok := topics[r.Topic]
+		switch {
+		case !ok:
+			return fmt.Errorf("topic %s does not exist", r.Topic)
+		case !slices.Contains(ps, r.Partition):
+			return fmt.Errorf("topic %s has no partition %d (it has %d)", r.Topic, r.Partition, len(ps))
+		}
+		r.Group = group
+		if off, ok := current[tpKey{r.Topic, r.Partition}]; ok {
+			r.CurrentOffset = &off
 		}
 	}
 	slices.SortFunc(plan, func(a, b resetRow) int {
-		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		return cmpKey(tpKey{a.Topic, a.Partition}, tpKey{b.Topic, b.Partition})
 	})
+	plan = slices.CompactFunc(plan, func(a, b resetRow) bool { return a.Topic == b.Topic && a.Partition == b.Partition })
+	if *export {
+		w := csv.NewWriter(c.out)
+		for _, r := range plan {
+			_ = w.Write([]string{r.Topic, strconv.Itoa(int(r.Partition)), strconv.FormatInt(r.NewOffset, 10)})
+		}
+		w.Flush()
+		return w.Error()
+	}
 	if *execute {
 		if err := c.commitPlan(ctx, group, plan); err != nil {
 			return err
@@ -168,7 +240,7 @@ func (c *cli) offsetsReset(ctx context.Context, args []string) error {
 		if !*execute {
 			fmt.Fprintf(w, "dry run: nothing changed (add --execute to commit these offsets for group %s)\n", group)
 		}
-		fmt.Fprintln(w, "TOPIC\tPARTITION\tCURRENT\tNEW\tRESULT")
+		fmt.Fprintln(w, "GROUP\tTOPIC\tPARTITION\tCURRENT-OFFSET\tNEW-OFFSET\tRESULT")
 		for _, r := range plan {
 			res := "planned"
 			switch {
@@ -177,7 +249,7 @@ func (c *cli) offsetsReset(ctx context.Context, args []string) error {
 			case r.Executed:
 				res = "committed"
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\n", r.Topic, r.Partition, num(r.Current), r.New, res)
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%d\t%s\n", r.Group, r.Topic, r.Partition, num(r.CurrentOffset), r.NewOffset, res)
 		}
 	})
 	return cmp.Or(failed, err)
@@ -208,7 +280,7 @@ func readResetPlan(path string) ([]resetRow, error) {
 		if rec[0] == "" || perr != nil || oerr != nil || p < 0 || o < 0 {
 			return nil, fmt.Errorf("%s:%d: want topic,partition,offset with a non-negative partition and offset, got %q", path, line, strings.Join(rec, ","))
 		}
-		out = append(out, resetRow{Topic: rec[0], Partition: int32(p), New: o})
+		out = append(out, resetRow{Topic: rec[0], Partition: int32(p), NewOffset: o})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no offsets in the file", path)
@@ -295,35 +367,6 @@ func (c *cli) topicIDs(ctx context.Context) (map[string][16]byte, map[[16]byte]s
 	return ids, names, nil
 }
 
-// partitionsOf lists a topic's partitions.
-func (c *cli) partitionsOf(ctx context.Context, topic string) ([]int32, error) {
-	req := kmsg.NewPtrMetadataRequest()
-	t := kmsg.NewMetadataRequestTopic()
-	t.Topic = &topic
-	req.Topics = append(req.Topics, t)
-	resp, err := req.RequestWith(ctx, c.cl)
-	if err != nil {
-		return nil, err
-	}
-	for _, rt := range resp.Topics {
-		if rt.Topic == nil || *rt.Topic != topic {
-			continue
-		}
-		if err := codeErr("topic "+topic, rt.ErrorCode); err != nil {
-			return nil, err
-		}
-		var ps []int32
-		for _, p := range rt.Partitions {
-			ps = append(ps, p.Partition)
-		}
-		slices.Sort(ps)
-		if len(ps) > 0 {
-			return ps, nil
-		}
-	}
-	return nil, fmt.Errorf("topic %s: no partitions", topic)
-}
-
 // commitPlan commits the plan as an admin commit (no member, generation
 // -1), which an empty group accepts.
 func (c *cli) commitPlan(ctx context.Context, group string, plan []resetRow) error {
@@ -344,7 +387,7 @@ func (c *cli) commitPlan(ctx context.Context, group string, plan []resetRow) err
 			idx[r.Topic] = i
 		}
 		p := kmsg.NewOffsetCommitRequestTopicPartition()
-		p.Partition, p.Offset, p.LeaderEpoch = r.Partition, r.New, -1
+		p.Partition, p.Offset, p.LeaderEpoch = r.Partition, r.NewOffset, -1
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
 	}
 	resp, err := req.RequestWith(ctx, c.cl)
@@ -373,6 +416,7 @@ func (c *cli) commitPlan(ctx context.Context, group string, plan []resetRow) err
 }
 
 type deleteRow struct {
+	Group     string `json:"group"`
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Deleted   bool   `json:"deleted"`
@@ -380,40 +424,46 @@ type deleteRow struct {
 }
 
 func (c *cli) offsetsDelete(ctx context.Context, args []string) error {
-	fs, topic, partsFlag := topicFlags("offsets delete")
+	fs, topicsF, partsFlag := topicFlags("offsets delete")
 	group, err := parseGroupFlags(fs, args)
-	parts := *partsFlag
-	if err != nil || *topic == "" {
+	if err != nil || len(*topicsF) == 0 {
 		return fmt.Errorf("%w: %s", errUsage, offsetsDeleteUsage)
 	}
-	if len(parts) == 0 {
-		current, err := c.committed(ctx, group)
-		if err != nil {
-			return err
-		}
-		for k := range current {
-			if k.topic == *topic {
-				parts = append(parts, k.partition)
-			}
-		}
-		slices.Sort(parts)
-		if len(parts) == 0 {
-			return fmt.Errorf("group %s has no committed offsets for topic %s", group, *topic)
-		}
-	}
+	var current map[tpKey]int64
 	req := kmsg.NewPtrOffsetDeleteRequest()
 	req.Group = group
-	t := kmsg.NewOffsetDeleteRequestTopic()
-	t.Topic = *topic
-	for _, p := range parts {
-		rp := kmsg.NewOffsetDeleteRequestTopicPartition()
-		rp.Partition = p
-		t.Partitions = append(t.Partitions, rp)
+	for _, sp := range specs(*topicsF, *partsFlag) {
+		if len(sp.parts) == 0 {
+			if current == nil {
+				if current, err = c.committed(ctx, group); err != nil {
+					return err
+				}
+			}
+			for k := range current {
+				if k.topic == sp.topic {
+					sp.parts = append(sp.parts, k.partition)
+				}
+			}
+			slices.Sort(sp.parts)
+			if len(sp.parts) == 0 {
+				return fmt.Errorf("group %s has no committed offsets for topic %s", group, sp.topic)
+			}
+		}
+		t := kmsg.NewOffsetDeleteRequestTopic()
+		t.Topic = sp.topic
+		for _, p := range sp.parts {
+			rp := kmsg.NewOffsetDeleteRequestTopicPartition()
+			rp.Partition = p
+			t.Partitions = append(t.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, t)
 	}
-	req.Topics = append(req.Topics, t)
 	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
 		return err
+	}
+	if resp.ErrorCode == kerr.GroupIDNotFound.Code {
+		return fmt.Errorf("group %s %w", group, errNoGroup)
 	}
 	if err := codeErr("delete offsets of "+group, resp.ErrorCode); err != nil {
 		return err
@@ -422,7 +472,7 @@ func (c *cli) offsetsDelete(ctx context.Context, args []string) error {
 	var failed error
 	for _, rt := range resp.Topics {
 		for _, rp := range rt.Partitions {
-			r := deleteRow{Topic: rt.Topic, Partition: rp.Partition, Deleted: rp.ErrorCode == 0}
+			r := deleteRow{Group: group, Topic: rt.Topic, Partition: rp.Partition, Deleted: rp.ErrorCode == 0}
 			if err := codeErr(fmt.Sprintf("delete %s/%d", rt.Topic, rp.Partition), rp.ErrorCode); err != nil {
 				r.Error = err.Error()
 				failed = cmp.Or(failed, err)
@@ -431,12 +481,12 @@ func (c *cli) offsetsDelete(ctx context.Context, args []string) error {
 		}
 	}
 	slices.SortFunc(rows, func(a, b deleteRow) int {
-		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		return cmpKey(tpKey{a.Topic, a.Partition}, tpKey{b.Topic, b.Partition})
 	})
 	err = c.print(rows, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "TOPIC\tPARTITION\tRESULT")
+		fmt.Fprintln(w, "GROUP\tTOPIC\tPARTITION\tRESULT")
 		for _, r := range rows {
-			fmt.Fprintf(w, "%s\t%d\t%s\n", r.Topic, r.Partition, cmp.Or(r.Error, "deleted"))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", r.Group, r.Topic, r.Partition, cmp.Or(r.Error, "deleted"))
 		}
 	})
 	return cmp.Or(failed, err)

@@ -25,11 +25,14 @@ func startKfake(t *testing.T) string {
 func committedOf(t *testing.T, addr, group, topic string) map[int32]int64 {
 	t.Helper()
 	var rows []offsetRow
+	if _, errOut, code := ctl(t, addr, "offsets", group); code == 1 && strings.Contains(errOut, "does not exist") {
+		return nil
+	}
 	ctlJSON(t, addr, &rows, "offsets", group)
 	out := map[int32]int64{}
 	for _, r := range rows {
-		if r.Topic == topic && r.Committed != nil {
-			out[r.Partition] = *r.Committed
+		if r.Topic == topic && r.CurrentOffset != nil {
+			out[r.Partition] = *r.CurrentOffset
 		}
 	}
 	return out
@@ -61,7 +64,7 @@ func offsetCommands(t *testing.T, addr string) {
 	// Dry run: the plan, and nothing committed.
 	var plan []resetRow
 	ctlJSON(t, addr, &plan, "offsets", "reset", "billing", "--topic", "orders", "--to-offset", "5")
-	if len(plan) != 3 || plan[0].New != 5 || plan[0].Current != nil || plan[2].Partition != 2 || plan[0].Executed {
+	if len(plan) != 3 || plan[0].NewOffset != 5 || plan[0].CurrentOffset != nil || plan[2].Partition != 2 || plan[0].Executed {
 		t.Fatalf("dry-run plan: %+v", plan)
 	}
 	table, _, _ := ctl(t, addr, "offsets", "reset", "billing", "--topic", "orders", "--to-offset", "5")
@@ -81,7 +84,7 @@ func offsetCommands(t *testing.T, addr string) {
 		t.Fatalf("after --to-offset: %v", got)
 	}
 	ctlJSON(t, addr, &plan, "offsets", "reset", "billing", "--topic", "orders", "--partitions", "0,1", "--shift-by", "-2", "--execute")
-	if len(plan) != 2 || plan[0].Current == nil || *plan[0].Current != 5 || plan[0].New != 3 {
+	if len(plan) != 2 || plan[0].CurrentOffset == nil || *plan[0].CurrentOffset != 5 || plan[0].NewOffset != 3 {
 		t.Fatalf("shift plan: %+v", plan)
 	}
 	csvPath := filepath.Join(t.TempDir(), "plan.csv")
@@ -106,13 +109,13 @@ func offsetCommands(t *testing.T, addr string) {
 	c := startConsumer(t, addr, "billing", "orders", "ctl-live")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var st groupState
-		ctlJSON(t, addr, &st, "groups", "describe", "--state", "billing")
-		if st.State == "Stable" && st.Members == 1 {
+		var sts []groupState
+		ctlJSON(t, addr, &sts, "groups", "describe", "--state", "billing")
+		if len(sts) == 1 && sts[0].State == "Stable" && sts[0].NumMembers == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("group never stable: %+v", st)
+			t.Fatalf("group never stable: %+v", sts)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -126,13 +129,13 @@ func offsetCommands(t *testing.T, addr string) {
 	}
 	c.cl.Close()
 	for deadline = time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		var st groupState
-		ctlJSON(t, addr, &st, "groups", "describe", "--state", "billing")
-		if st.State == "Empty" {
+		var sts []groupState
+		ctlJSON(t, addr, &sts, "groups", "describe", "--state", "billing")
+		if len(sts) == 1 && sts[0].State == "Empty" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("group not empty after its member left: %+v", st)
+			t.Fatalf("group not empty after its member left: %+v", sts)
 		}
 	}
 	if got := committedOf(t, addr, "billing", "orders"); !sameOffsets(got, map[int32]int64{0: 3, 1: 3, 2: 9}) {

@@ -75,12 +75,15 @@ func TestUsersAndACLs(t *testing.T) {
 	if out := must("admin", "admin-pw", "", "acls", "list", "--group", "orders-app", "--resource-pattern-type", "match"); !strings.Contains(out, "User:bob") || !strings.Contains(out, "PREFIXED") {
 		t.Fatalf("acls list match:\n%s", out)
 	}
-	must("bob", "bob-pw", "", "groups", "describe", "orders-app") // READ implies DESCRIBE
+	// READ implies DESCRIBE: bob learns that the group does not exist.
+	if _, errOut, code := as("bob", "bob-pw", "", "groups", "describe", "orders-app"); code != 1 || !strings.Contains(errOut, "group orders-app does not exist") {
+		t.Fatalf("bob describes with READ: exit %d %s", code, errOut)
+	}
 	if out := must("admin", "admin-pw", "", "acls", "delete", "--group", "orders-", "--resource-pattern-type", "prefixed"); !strings.Contains(out, "User:bob") {
 		t.Fatalf("acls delete:\n%s", out)
 	}
-	if _, _, code := as("bob", "bob-pw", "", "groups", "describe", "orders-app"); code == 0 {
-		t.Fatal("bob describes after the ACL was deleted")
+	if _, errOut, code := as("bob", "bob-pw", "", "groups", "describe", "orders-app"); code != 1 || !strings.Contains(errOut, "GROUP_AUTHORIZATION_FAILED") {
+		t.Fatalf("bob describes after the ACL was deleted: exit %d %s", code, errOut)
 	}
 	must("admin", "admin-pw", "", "users", "delete", "bob")
 	if _, errOut, code := as("bob", "bob-pw", "", "groups", "list"); code == 0 || !strings.Contains(errOut, "SASL_AUTHENTICATION_FAILED") {

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cohort-coord/cohort/internal/buildinfo"
 	"github.com/cohort-coord/cohort/kafka"
 	"github.com/cohort-coord/cohort/node"
 	"github.com/cohort-coord/cohort/raftfsm"
@@ -35,6 +36,10 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	if errors.Is(err, buildinfo.ErrVersion) {
+		fmt.Fprintln(stdout, buildinfo.Read().String("cohortd"))
+		return 0
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "cohortd: %v\n", err)
 		return 2
@@ -48,6 +53,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// stdout receives --version.
+var stdout io.Writer = os.Stdout
 
 // defaultHTTPAddr is where cohortd serves metrics and the status page
 // unless told otherwise (the embedded node.DefaultConfig keeps it off).
@@ -112,9 +120,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	for _, f := range extraFlags {
 		f(fs)
 	}
+	version := buildinfo.Flag(fs)
 
 	if err := fs.Parse(args); err != nil {
 		return cfg, level, err
+	}
+	if *version {
+		return cfg, level, buildinfo.ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return cfg, level, fmt.Errorf("unexpected arguments: %v", fs.Args())

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +178,14 @@ func TestNoSeededBugsInANormalBuild(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"--seeded-bugs", "stale-leader"}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "flag provided but not defined") {
 		t.Errorf("exit %d, output %q; a normal build must not know the flag", code, out.String())
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out, errb bytes.Buffer
+	stdout = &out
+	t.Cleanup(func() { stdout = os.Stdout })
+	if code := run([]string{"--version"}, env(nil), &errb); code != 0 || !strings.HasPrefix(out.String(), "cohortd ") || !strings.Contains(out.String(), "revision ") {
+		t.Fatalf("--version: code %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
