@@ -50,9 +50,14 @@ func strPtr(s string) *string { return &s }
 // it with one heartbeat request per member. ListGroups waits for the stored
 // groups to load, so the service is warm when it returns.
 func startStable(b *testing.B, groups, members int) (*Service, []*pb.HeartbeatRequest) {
+	return startStableWith(b, coordinator.DefaultConfig(), groups, members)
+}
+
+// startStableWith is startStable with the given configuration.
+func startStableWith(b *testing.B, cfg coordinator.Config, groups, members int) (*Service, []*pb.HeartbeatRequest) {
 	b.Helper()
 	system := actor.NewActorSystem(quietLogs())
-	svc, err := Start(system, Options{Config: coordinator.DefaultConfig(), Store: stableStore(groups, members), Logger: quietLogger()})
+	svc, err := Start(system, Options{Config: cfg, Store: stableStore(groups, members), Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,6 +98,66 @@ func BenchmarkHeartbeats(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/el.Seconds(), "heartbeats/s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/heartbeat")
+}
+
+// BenchmarkHeartbeatCadence: 100,000 members (10,000 groups of 10)
+// heartbeating at a client's pace, each once every 3 s, through the router
+// and group actors, for 9 s of wall time an iteration (run it with
+// -benchtime 1x): the CPU per heartbeat, with the periodic session check
+// that carries sessions over takeovers (every second in each group) and
+// without it, so the check's share of a realistic load shows.
+func BenchmarkHeartbeatCadence(b *testing.B) {
+	const groups, members, every, span = 10_000, 10, 3 * time.Second, 9 * time.Second
+	for _, mode := range []struct {
+		name     string
+		interval time.Duration
+	}{{"checks", time.Second}, {"off", 0}} {
+		b.Run(mode.name, func(b *testing.B) {
+			cfg := coordinator.DefaultConfig()
+			cfg.SessionCheckInterval = mode.interval
+			svc, reqs := startStableWith(b, cfg, groups, members)
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(1, 2))
+			rng.Shuffle(len(reqs), func(i, j int) { reqs[i], reqs[j] = reqs[j], reqs[i] })
+			const tick = 10 * time.Millisecond
+			perTick := len(reqs) / int(every/tick)
+			var sent, failed atomic.Int64
+			var cpu time.Duration
+			for b.Loop() {
+				c0 := cpuTime()
+				work := make(chan *pb.HeartbeatRequest, perTick)
+				var wg sync.WaitGroup
+				for range 8 {
+					wg.Go(func() {
+						for req := range work {
+							res, err := svc.Call(ctx, req)
+							if err != nil || res.(*pb.HeartbeatResponse).ErrorCode != coordinator.ErrNone {
+								failed.Add(1)
+							}
+							sent.Add(1)
+						}
+					})
+				}
+				t := time.NewTicker(tick)
+				next := 0
+				for start := time.Now(); time.Since(start) < span; <-t.C {
+					for range perTick {
+						work <- reqs[next]
+						next = (next + 1) % len(reqs)
+					}
+				}
+				t.Stop()
+				close(work)
+				wg.Wait()
+				cpu += cpuTime() - c0
+			}
+			if f := failed.Load(); f > 0 {
+				b.Fatalf("%d heartbeats failed", f)
+			}
+			b.ReportMetric(float64(sent.Load())/(float64(b.N)*span.Seconds()), "heartbeats/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(sent.Load()), "cpu-ns/heartbeat")
+		})
+	}
 }
 
 // BenchmarkHeartbeatOneGroupSeq: one caller, one group: the per-request cost

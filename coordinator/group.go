@@ -279,6 +279,7 @@ type Group struct {
 	silent           []silentMember
 	silentDirty      bool
 	sessionsArmed    bool
+	sessionsAt       int64 // when the armed check runs, since the epoch
 
 	nextToken uint64
 	inflight  map[uint64]persistOp

@@ -146,18 +146,43 @@ func silentAfter(session time.Duration) time.Duration {
 	return max(session/6, 5*time.Second)
 }
 
-// armSessionCheck makes sure the periodic check runs.
-func (g *Group) armSessionCheck(fx *Effects) {
-	if g.sessionsArmed || g.cfg.SessionCheckInterval <= 0 {
-		return
-	}
-	g.sessionsArmed = true
-	fx.arm(TimerSessions, "", g.cfg.SessionCheckInterval)
+// quietAt is when m, whose session ends at end, will have been unheard for
+// its silence threshold (nanoseconds since the group's epoch).
+func quietAt(m *member, end int64) int64 {
+	return end - int64(m.sessionTimeout()-silentAfter(m.sessionTimeout()))
 }
 
-// checkSessions is the periodic check: it writes the silent members when
-// their set changed, and runs again while any member has a session or a
-// written set is not empty.
+// armSessionCheck makes sure a check runs by at (nanoseconds since the
+// group's epoch), and no sooner than SessionCheckInterval from now: a check
+// runs when a member may have fallen silent, not on a fixed beat, so a
+// group whose members heartbeat is checked about once per silence
+// threshold.
+func (g *Group) armSessionCheck(now time.Time, at int64, fx *Effects) {
+	if g.cfg.SessionCheckInterval <= 0 {
+		return
+	}
+	nowAt := g.sinceEpoch(now)
+	at = max(at, nowAt+int64(g.cfg.SessionCheckInterval))
+	if g.sessionsArmed && g.sessionsAt <= at {
+		return
+	}
+	g.sessionsArmed, g.sessionsAt = true, at
+	fx.arm(TimerSessions, "", time.Duration(at-nowAt))
+}
+
+// heardListed is a heartbeat's (or commit's) hook while some member is
+// written as silent: when m is one of them, the next check, soon, writes it
+// off the list.
+func (g *Group) heardListed(now time.Time, m *member, fx *Effects) {
+	if _, ok := slices.BinarySearchFunc(g.silent, m.id, func(s silentMember, id string) int {
+		return compareSilent(s, silentMember{id: id})
+	}); ok {
+		g.armSessionCheck(now, 0, fx)
+	}
+}
+
+// checkSessions writes the silent members when their set changed, and
+// arms the next check for when the first of the others may fall silent.
 func (g *Group) checkSessions(now time.Time, fx *Effects) {
 	g.sessionsArmed = false
 	if g.state == Dead {
@@ -165,12 +190,11 @@ func (g *Group) checkSessions(now time.Time, fx *Effects) {
 	}
 	at := g.sinceEpoch(now)
 	var silent []silentMember
-	tracked := false
+	next, tracked := int64(0), false
 	for _, m := range g.order {
 		if m.sessionUntil == 0 || m.joinReply != nil || m.syncReply != nil {
 			continue
 		}
-		tracked = true
 		end, graceMs := m.sessionUntil, int64(0)
 		if r, ok := g.restored[m.id]; ok {
 			if r.armed == end {
@@ -179,7 +203,10 @@ func (g *Group) checkSessions(now time.Time, fx *Effects) {
 				delete(g.restored, m.id)
 			}
 		}
-		if end-at > int64(m.sessionTimeout()-silentAfter(m.sessionTimeout())) {
+		if q := quietAt(m, end); q > at {
+			if !tracked || q < next {
+				next, tracked = q, true
+			}
 			continue // heard from lately
 		}
 		silent = append(silent, silentMember{m.id, g.epoch.Add(time.Duration(end)).UnixMilli(), graceMs})
@@ -194,7 +221,12 @@ func (g *Group) checkSessions(now time.Time, fx *Effects) {
 		}
 		g.persist(fx, sessionsWrite{}, &pb.Record{Kind: &pb.Record_MemberSessions{MemberSessions: rec}})
 	}
-	if tracked || len(g.silent) > 0 {
-		g.armSessionCheck(fx)
+	switch {
+	case tracked:
+		g.armSessionCheck(now, next, fx)
+	case len(g.silent) > 0 && len(silent) < len(g.order):
+		// Silent members only, or members parked in a rebalance: look
+		// again, so that the list follows them.
+		g.armSessionCheck(now, 0, fx)
 	}
 }

@@ -28,7 +28,10 @@ func (g *Group) sinceEpoch(now time.Time) int64 { return int64(now.Sub(g.epoch))
 func (g *Group) armSession(now time.Time, m *member, d time.Duration, fx *Effects) {
 	fx.arm(TimerMember, m.id, d)
 	m.sessionUntil = g.sinceEpoch(now) + int64(d)
-	g.armSessionCheck(fx)
+	g.armSessionCheck(now, quietAt(m, m.sessionUntil), fx)
+	if len(g.silent) > 0 {
+		g.heardListed(now, m, fx)
+	}
 }
 
 // cancelSession cancels m's timer.
@@ -47,11 +50,17 @@ func (g *Group) extendSession(now time.Time, m *member, fx *Effects) {
 	until := g.sinceEpoch(now) + int64(m.sessionTimeout())
 	if m.sessionUntil != 0 && until >= m.sessionUntil {
 		m.sessionUntil = until
+		if len(g.silent) > 0 {
+			g.heardListed(now, m, fx)
+		}
 		return
 	}
 	fx.arm(TimerMember, m.id, m.sessionTimeout())
 	m.sessionUntil = until
-	g.armSessionCheck(fx)
+	g.armSessionCheck(now, quietAt(m, until), fx)
+	if len(g.silent) > 0 {
+		g.heardListed(now, m, fx)
+	}
 }
 
 // sessionGoesOn handles the fire of m's timer while its session was extended
