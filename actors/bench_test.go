@@ -160,6 +160,44 @@ func BenchmarkHeartbeatCadence(b *testing.B) {
 	}
 }
 
+// BenchmarkTakeover: a node takes over 10,000 stored groups of 10 members
+// (Deactivate, then activate and wait until every group is loaded), with
+// the members' sessions carried over (ActivateAfter: each group reads its
+// MemberSessions and estimates every member's session end) and with fresh
+// sessions (Activate).
+func BenchmarkTakeover(b *testing.B) {
+	for _, carry := range []bool{true, false} {
+		name := "carried"
+		if !carry {
+			name = "fresh"
+		}
+		b.Run(name, func(b *testing.B) {
+			svc, _ := startStable(b, 10_000, 10)
+			var cpu time.Duration
+			for b.Loop() {
+				if err := svc.Deactivate(time.Minute); err != nil {
+					b.Fatal(err)
+				}
+				c0 := cpuTime()
+				var err error
+				if carry {
+					err = svc.ActivateAfter(time.Minute, time.Now().Add(-time.Second))
+				} else {
+					err = svc.Activate(time.Minute)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				for svc.Loading() > 0 {
+					time.Sleep(time.Millisecond)
+				}
+				cpu += cpuTime() - c0
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N)/1000, "cpu-ms/takeover")
+		})
+	}
+}
+
 // BenchmarkHeartbeatOneGroupSeq: one caller, one group: the per-request cost
 // of the local path without contention or a large heap.
 func BenchmarkHeartbeatOneGroupSeq(b *testing.B) {
