@@ -17,7 +17,7 @@ import (
 )
 
 // Invariants are the checks a report lists, in order.
-var Invariants = []string{"I1", "I2", "I3", "I4", "I5", "I7", "L1", "L2"}
+var Invariants = []string{"I1", "I2", "I3", "I4", "I5", "I7", "L1", "L2", "L3"}
 
 // InvariantText says what each invariant means, for the summary.
 var InvariantText = map[string]string{
@@ -29,6 +29,7 @@ var InvariantText = map[string]string{
 	"I7": "every node reaches the same FSM hash",
 	"L1": "every rebalance completes within rebalance timeout + 5s once faults stop",
 	"L2": "no rebalance caused by a coordinator failover while members kept heartbeating",
+	"L3": "a crashed member's partitions are owned again within its session timeout + one failover + the rebalance timeout + 5s",
 }
 
 // Report is a checked run.
@@ -70,6 +71,7 @@ func Check(rec *Record, floor Floor) *Report {
 	vs = append(vs, checkGenerations(rec, ops)...)
 	vs = append(vs, checkOwnership(rec)...)
 	vs = append(vs, checkFailoverRebalances(rec)...)
+	vs = append(vs, checkCrashLiveness(rec)...)
 	for _, k := range slices.Sorted(maps.Keys(rec.Live)) {
 		vs = append(vs, rec.Live[k]...)
 	}
@@ -655,8 +657,10 @@ func checkFailoverRebalances(rec *Record) []Violation {
 		}
 		slices.Sort(gens)
 		// A member added or crashed causes the next generation, however
-		// late: session timers restart on every takeover, so a crashed
-		// member's expiry moves with each failover.
+		// late: a crashed member expires a session timeout after its last
+		// heartbeat plus up to one failover (L3 bounds it), and a join
+		// phase may wait a rebalance timeout for members on the far side
+		// of a fault.
 		caused := map[int32]bool{}
 		for _, e := range rec.Events {
 			if e.Group != g.ID || e.Kind != "add" && e.Kind != "crash" && e.Kind != "leave" {
