@@ -108,6 +108,9 @@ func BenchmarkHeartbeats(b *testing.B) {
 // without it, so the check's share of a realistic load shows.
 func BenchmarkHeartbeatCadence(b *testing.B) {
 	const groups, members, every, span = 10_000, 10, 3 * time.Second, 9 * time.Second
+	if testing.Short() {
+		b.Skip("a paced load of 9 s a run")
+	}
 	for _, mode := range []struct {
 		name     string
 		interval time.Duration
