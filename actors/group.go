@@ -21,6 +21,11 @@ import (
 // earlier incarnation) only sets the timer again.
 type timerWake struct{}
 
+// IgnoreDeadLetterLogging marks a wake as not worth a dead-letter log line:
+// one that fires as its actor stops (the node stopped coordinating) has
+// nothing left to do.
+func (*timerWake) IgnoreDeadLetterLogging() {}
+
 // wakeMsg is the one wake message every group sends itself.
 var wakeMsg = &timerWake{}
 

@@ -383,6 +383,9 @@ func (g *Group) Start(now time.Time, fx *Effects) {
 	for _, m := range g.order {
 		g.armSession(now, m, g.takeoverSession(now, m), fx)
 	}
+	if len(g.restored) > 0 {
+		g.armSessionCheck(now, g.sinceEpoch(now)+int64(firstCheckAfterTakeover), fx)
+	}
 	g.takeoverSessions = nil
 	if (g.members.len() > g.cfg.maxSize() || g.rebalancePending) && g.state == Stable {
 		g.prepareRebalance(now, fx)

@@ -34,16 +34,20 @@ import (
 // silent at the previous coordinator's last checks, and cannot have been
 // heard after PreviousAlive: its session ends one session timeout after
 // PreviousAlive, never before its true end (so no member is removed sooner
-// than Kafka would) and at most the silence threshold and 2P after it.
-// Each member's session ends at that estimate, but not before a grace of
+// than Kafka would) and at most the silence threshold after it. Each
+// member's session ends at that estimate, but not before a grace of
 // TakeoverSessionFloor (at most its session timeout) from the takeover, the
-// time a live member needs to find its new coordinator. A member gets that grace once: the estimate and the
-// grace's end, not the floored deadline, are what the next check writes
-// for a member not heard from since the takeover, and a later takeover
-// gives no new grace to a member whose grace ran out while the previous
-// coordinator was alive. So repeated takeovers do not push a dead member's
-// end forward. When PreviousAlive is unknown (the whole cluster restarted),
-// every member gets a full session, as before.
+// time a live member needs to find its new coordinator.
+//
+// Takeovers in quick succession. Two seconds after a takeover the group
+// writes the members it has not heard from since, with their estimated
+// ends and the end of the grace it gave them: the next takeover starts
+// from those ends, not from its own PreviousAlive, and gives such a member
+// only what the previous coordinator's death left of its grace. A member
+// gets TakeoverSessionFloor of coordinators' lifetime in all to reach one,
+// and repeated takeovers do not push a dead member's end forward.
+// When PreviousAlive is unknown (the whole cluster restarted), every member
+// gets a full session, as before.
 
 // TakeoverSessions is what a coordinator taking a group over knows of its
 // members' sessions.
@@ -104,6 +108,12 @@ func compareSilent(a, b silentMember) int {
 	return 0
 }
 
+// firstCheckAfterTakeover is how soon after a takeover the group writes the
+// members it has not heard from since, with their estimated session ends:
+// a later takeover then starts from those ends rather than from its own
+// estimate, which would move a dead member's end forward each time.
+const firstCheckAfterTakeover = 2 * time.Second
+
 // takeoverSession returns how long m's session runs from now, a takeover,
 // and remembers the estimate it came from.
 func (g *Group) takeoverSession(now time.Time, m *member) time.Duration {
@@ -119,9 +129,10 @@ func (g *Group) takeoverSession(now time.Time, m *member) time.Duration {
 	}); ok {
 		s := g.silent[i]
 		end = time.UnixMilli(s.endMs)
-		if s.graceMs != 0 && s.graceMs <= t.PreviousAlive.UnixMilli() {
-			// Its grace ran out under a coordinator that never heard from it.
-			grace = 0
+		if s.graceMs != 0 {
+			// A takeover gave it a grace already: what the previous
+			// coordinator's death left of it, nothing if it ran out.
+			grace = min(grace, max(time.Duration(s.graceMs-t.PreviousAlive.UnixMilli())*time.Millisecond, 0))
 		}
 	} else {
 		end = t.PreviousAlive.Add(session)
@@ -195,15 +206,17 @@ func (g *Group) checkSessions(now time.Time, fx *Effects) {
 		if m.sessionUntil == 0 || m.joinReply != nil || m.syncReply != nil {
 			continue
 		}
-		end, graceMs := m.sessionUntil, int64(0)
+		end, graceMs, unheard := m.sessionUntil, int64(0), false
 		if r, ok := g.restored[m.id]; ok {
 			if r.armed == end {
-				end, graceMs = r.estimate, r.graceMs // not heard from since the takeover
+				// Not heard from since the takeover: written with the
+				// estimate, so that the next takeover starts from it.
+				end, graceMs, unheard = r.estimate, r.graceMs, true
 			} else {
 				delete(g.restored, m.id)
 			}
 		}
-		if q := quietAt(m, end); q > at {
+		if q := quietAt(m, end); q > at && !unheard {
 			if !tracked || q < next {
 				next, tracked = q, true
 			}
