@@ -74,7 +74,12 @@ type serverSpec struct {
 func newServerSpec(members []ServerMember, topics map[string]int32) *serverSpec {
 	s := &serverSpec{index: map[string]int32{}}
 	seen := map[string]bool{}
-	for _, m := range members {
+	var last []string
+	for i, m := range members {
+		if i > 0 && slices.Equal(m.Topics, last) {
+			continue // the common case: members share one subscription
+		}
+		last = m.Topics
 		for _, t := range m.Topics {
 			if n, ok := topics[t]; ok && n > 0 && !seen[t] {
 				seen[t] = true
@@ -93,6 +98,10 @@ func newServerSpec(members []ServerMember, topics map[string]int32) *serverSpec 
 	s.subs = make([][]int32, len(members))
 	s.homogeneous = true
 	for i, m := range members {
+		if i > 0 && slices.Equal(m.Topics, members[i-1].Topics) {
+			s.subs[i] = s.subs[i-1] // shared, never modified
+			continue
+		}
 		sub := make([]int32, 0, len(m.Topics))
 		for _, t := range m.Topics {
 			if ti, ok := s.index[t]; ok {

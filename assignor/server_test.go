@@ -305,16 +305,22 @@ func TestServerUniformCases(t *testing.T) {
 }
 
 // Assigning against franz-go's client-side cooperative-sticky balancer on the
-// same shape: fresh (no history) and with one member joining a balanced group.
+// same shape: fresh (no history), one member joining a balanced group, and
+// the same with one member subscribed to a single topic.
 //
 //	go test -run '^$' -bench 'ServerUniform' -benchtime=20x -count=5 ./assignor/
 func BenchmarkServerUniform(b *testing.B) {
-	for _, join := range []bool{false, true} {
-		k := shapeKey{M: 1000, T: 100, N: 10, join: join}
-		name := "fresh"
-		if join {
-			name = "join"
-		}
+	for _, shape := range []struct {
+		name string
+		k    shapeKey
+	}{
+		{"fresh", shapeKey{M: 1000, T: 100, N: 10}},
+		{"join", shapeKey{M: 1000, T: 100, N: 10, join: true}},
+		// The last member subscribes to one topic only: uniform's general
+		// (heterogeneous) path.
+		{"hetero-join", shapeKey{M: 1000, T: 100, N: 10, join: true, nonUniform: true}},
+	} {
+		name, k := shape.name, shape.k
 		b.Run(name+"/cohort", func(b *testing.B) {
 			in := buildShape(b, CooperativeSticky(), k)
 			members := make([]ServerMember, len(in.members))
