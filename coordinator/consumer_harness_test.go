@@ -15,14 +15,17 @@ import (
 // time advances, and after every call checks the machine's invariants and
 // that replaying the records rebuilds the same group.
 type cgHarness struct {
-	t       testing.TB
-	cfg     ConsumerConfig
-	g       *ConsumerGroup
-	topics  map[string]int32
-	now     time.Time
-	records []ConsumerRecord
-	timers  map[cgTimerKey]time.Time
-	removed []string // members removed by timers, in order
+	t         testing.TB
+	cfg       ConsumerConfig
+	g         *ConsumerGroup
+	topics    map[string]int32
+	now       time.Time
+	records   []ConsumerRecord
+	timers    map[cgTimerKey]time.Time
+	removed   []string // members removed by timers, in order
+	removedBy map[ConsumerTimerKind]int
+	// replayEvery: replay the records at every n-th check (1 when zero).
+	replayEvery, checks int
 }
 
 type cgTimerKey struct {
@@ -93,6 +96,9 @@ func (h *cgHarness) advance(d time.Duration) {
 		var fx ConsumerEffects
 		if h.g.OnTimer(next.kind, next.member, h.now, &fx) {
 			h.removed = append(h.removed, next.member)
+			if h.removedBy != nil {
+				h.removedBy[next.kind]++
+			}
 		}
 		h.apply(&fx)
 	}
@@ -131,6 +137,9 @@ func (h *cgHarness) check() {
 	}
 	if len(seen) != len(h.g.owners) {
 		h.t.Fatalf("owners index has %d partitions, members hold %d", len(h.g.owners), len(seen))
+	}
+	if h.checks++; h.replayEvery > 1 && h.checks%h.replayEvery != 0 {
+		return
 	}
 	r := RestoreConsumerGroup("g", &h.cfg, h.topics, h.records)
 	if r.epoch != h.g.epoch || r.assignmentEpoch != h.g.assignmentEpoch {
