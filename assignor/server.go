@@ -120,12 +120,6 @@ func newServerSpec(members []ServerMember, topics map[string]int32) *serverSpec 
 
 func (s *serverSpec) partitions() int32 { return s.base[len(s.topics)] }
 
-// topicOf returns the topic index of global partition g.
-func (s *serverSpec) topicOf(g int32) int32 {
-	i, _ := slices.BinarySearch(s.base, g+1)
-	return int32(i - 1)
-}
-
 // current returns member m's previous partitions as sorted global indices,
 // keeping only subscribed topics and partitions in range.
 func (s *serverSpec) current(m ServerMember, sub []int32, dst []int32) []int32 {

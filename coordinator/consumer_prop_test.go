@@ -6,8 +6,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/cohort-coord/cohort/assignor"
 )
 
 // cgClient is a simulated consumer: it holds what its last answer gave it
@@ -350,5 +348,3 @@ func (s *cgSim) settle() {
 		}
 	}
 }
-
-var _ = assignor.TopicPartitions{}

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
-
-	"github.com/cohort-coord/cohort/assignor"
 )
 
 func TestConsumerErrorCodesMatchKerr(t *testing.T) {
@@ -296,5 +294,3 @@ func TestConsumerLeaveAndEmptyGroup(t *testing.T) {
 		t.Fatalf("assignor %s epoch %d", h.g.AssignorName(), h.g.Epoch())
 	}
 }
-
-var _ = assignor.Uniform
