@@ -27,7 +27,10 @@
 //     until its session timeout. A join with the instance id of a member at
 //     -2 takes its place, assignment included, without an epoch bump when
 //     the subscription is the same. A static member rejoining at 0 with its
-//     own id is handled in place (apache/kafka#23542).
+//     own id is handled in place (apache/kafka#23542). A -2 without an
+//     instance id is INVALID_REQUEST, as in Kafka; franz-go v1.22.3 sends
+//     exactly that, so its static member stays until its session timeout
+//     (kfake accepts it; the wire layer may choose to).
 //   - A new member, a removed member, a changed subscription (names, regex,
 //     preferred assignor) or a change of the subscribed topics in the
 //     catalog bumps the group epoch; the target assignment is computed at

@@ -191,6 +191,9 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 	if m.regex != "" {
 		g.compile(m.regex)
 	}
+	if before.regex != m.regex {
+		g.dropUnusedRegex(before.regex)
+	}
 	subChanged := isNew || !slices.Equal(before.topics, m.topics) || before.regex != m.regex || before.assignor != m.assignor
 	if replaced != nil {
 		subChanged = !slices.Equal(replaced.topics, m.topics) || replaced.regex != m.regex || replaced.assignor != m.assignor

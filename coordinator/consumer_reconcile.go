@@ -65,16 +65,24 @@ func (g *ConsumerGroup) subscribed(m *consumerMember) []string {
 // to and their partition counts (the role of Kafka's metadata hash): the
 // epoch is bumped when it changes.
 func (g *ConsumerGroup) subscribedSignature() string {
-	var topics []string
+	set := map[string]bool{}
+	var last *consumerMember
 	for _, m := range g.members {
+		if last != nil && m.regex == last.regex && slices.Equal(m.topics, last.topics) {
+			continue // most groups share one subscription
+		}
+		last = m
 		for _, t := range g.subscribed(m) {
 			if _, ok := g.topics[t]; ok {
-				topics = append(topics, t)
+				set[t] = true
 			}
 		}
 	}
+	topics := make([]string, 0, len(set))
+	for t := range set {
+		topics = append(topics, t)
+	}
 	slices.Sort(topics)
-	topics = slices.Compact(topics)
 	var b strings.Builder
 	for _, t := range topics {
 		b.WriteString(strconv.Quote(t))
@@ -209,11 +217,20 @@ func (g *ConsumerGroup) remove(m *consumerMember, fx *ConsumerEffects) {
 	} else {
 		g.maybeAssign(fx)
 	}
-	for re := range g.regexes {
-		if !slices.ContainsFunc(g.memberIDs(), func(id string) bool { return g.members[id].regex == re }) {
-			delete(g.regexes, re)
+	g.dropUnusedRegex(m.regex)
+}
+
+// dropUnusedRegex forgets a compiled regex no member uses any more.
+func (g *ConsumerGroup) dropUnusedRegex(expr string) {
+	if expr == "" {
+		return
+	}
+	for _, o := range g.members {
+		if o.regex == expr {
+			return
 		}
 	}
+	delete(g.regexes, expr)
 }
 
 // OnTimer handles a fired timer at now. It reports whether the member was

@@ -131,6 +131,19 @@ func TestConsumerReconciliation(t *testing.T) {
 	if _, armed := h.timers[cgTimerKey{ConsumerTimerRebalance, "m1"}]; !armed {
 		t.Fatal("no rebalance timer while m1 revokes")
 	}
+	// Duplicate full heartbeats get identical answers while revoking and
+	// while waiting for partitions.
+	fullM1 := cgBeat("m1", 1, tps("bar", 0, 1, 2, "foo", 0, 1, 2, 3, 4, 5))
+	fullM1.RebalanceTimeoutMs, fullM1.SubscribedTopicNames = 30000, []string{"foo", "bar"}
+	fullM2 := cgBeat("m2", 2, tps())
+	fullM2.RebalanceTimeoutMs, fullM2.SubscribedTopicNames = 30000, []string{"bar", "foo"}
+	for range 2 {
+		wantResp(t, h.hb(fullM1), ErrNone, 1, keep)
+		wantResp(t, h.hb(fullM2), ErrNone, 2, tps())
+	}
+	if h.g.Epoch() != 2 {
+		t.Fatalf("unchanged full heartbeats bumped the epoch to %d", h.g.Epoch())
+	}
 	// m2 heartbeats: still nothing, everything it targets is held by m1.
 	wantResp(t, h.hb(cgBeat("m2", 2, tps())), ErrNone, 2, nil)
 	// A keepalive from m1 (owned unchanged) does not finish the revocation.
