@@ -70,6 +70,8 @@ func converge(b *testing.B, g *ConsumerGroup, clients []*cgBenchClient, now time
 
 // BenchmarkConsumerKeepalive: one keepalive heartbeat (nothing changed, owned
 // partitions not sent) of a member of a stable 1,000-member group.
+//
+//	go test -run '^$' -bench ConsumerKeepalive -benchtime=50000x -count=5 ./coordinator/
 func BenchmarkConsumerKeepalive(b *testing.B) {
 	g, clients, now := cgBenchGroup(b, 1000, 100, 10)
 	var fx ConsumerEffects
@@ -89,6 +91,8 @@ func BenchmarkConsumerKeepalive(b *testing.B) {
 // partition each from 200 of the others; one operation is the 100 joins and
 // every heartbeat until the group is Stable again (rounds/op: heartbeats of
 // every member needed).
+//
+//	go test -run '^$' -bench ConsumerScaleOut -benchtime=3x -count=5 ./coordinator/
 func BenchmarkConsumerScaleOut(b *testing.B) {
 	names := make([]string, 100)
 	for t := range names {

@@ -114,6 +114,9 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 	memberID := req.MemberID
 	if blank(memberID) { // v0 join without an id
 		memberID = req.GeneratedMemberID
+		if blank(memberID) {
+			return consumerError(ErrUnknownServerError, "no member id was generated for a v0 join")
+		}
 	}
 	join := req.MemberEpoch == EpochJoin
 	if g.epoch == 0 && !join {
