@@ -1,6 +1,9 @@
 package coordinator
 
 import (
+	"errors"
+	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"time"
@@ -43,6 +46,31 @@ func DefaultConsumerConfig() ConsumerConfig {
 		HeartbeatInterval: 5 * time.Second,
 		Assignors:         assignor.ServerAssignors(),
 	}
+}
+
+// Validate reports every invalid setting.
+func (c ConsumerConfig) Validate() error {
+	var errs []error
+	if c.SessionTimeout <= 0 || c.SessionTimeout > time.Duration(math.MaxInt32)*time.Millisecond {
+		errs = append(errs, fmt.Errorf("consumer group session timeout must be positive and fit in int32 milliseconds, got %v", c.SessionTimeout))
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.SessionTimeout {
+		errs = append(errs, fmt.Errorf("consumer group heartbeat interval must be positive and below the session timeout, got %v", c.HeartbeatInterval))
+	}
+	if c.MaxSize < 0 {
+		errs = append(errs, fmt.Errorf("consumer group max size must be 0 (unlimited) or positive, got %d", c.MaxSize))
+	}
+	if len(c.Assignors) == 0 {
+		errs = append(errs, errors.New("consumer group assignors: at least one is needed"))
+	}
+	seen := map[string]bool{}
+	for _, a := range c.Assignors {
+		if seen[a.Name()] {
+			errs = append(errs, fmt.Errorf("consumer group assignor %q is listed twice", a.Name()))
+		}
+		seen[a.Name()] = true
+	}
+	return errors.Join(errs...)
 }
 
 // ConsumerHeartbeatRequest is ConsumerGroupHeartbeat (API key 68, v0-v1)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -305,5 +306,47 @@ func TestConsumerLeaveAndEmptyGroup(t *testing.T) {
 	h.hb(r)
 	if h.g.AssignorName() != "range" || h.g.Epoch() != 4 {
 		t.Fatalf("assignor %s epoch %d", h.g.AssignorName(), h.g.Epoch())
+	}
+}
+
+func TestConsumerConfigValidate(t *testing.T) {
+	if err := DefaultConsumerConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	bad := DefaultConsumerConfig()
+	bad.HeartbeatInterval = bad.SessionTimeout
+	bad.MaxSize = -1
+	bad.Assignors = append(bad.Assignors, bad.Assignors[0])
+	err := bad.Validate()
+	for _, want := range []string{"heartbeat interval", "max size", "listed twice"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}
+
+// With ServerAssignor "range" every member gets the same partition numbers
+// of co-partitioned topics.
+func TestConsumerRangeCoPartitions(t *testing.T) {
+	h := newCGHarness(t, map[string]int32{"a": 4, "b": 4})
+	var epochs = map[string]int32{}
+	for _, id := range []string{"m1", "m2"} {
+		j := cgJoin(id, "a", "b")
+		j.ServerAssignor = strp("range")
+		epochs[id] = h.hb(j).MemberEpoch
+	}
+	for range 3 {
+		for _, id := range []string{"m1", "m2"} {
+			r := h.hb(cgBeat(id, epochs[id], h.member(id).Assigned))
+			epochs[id] = r.MemberEpoch
+		}
+	}
+	if h.g.State() != "Stable" || h.g.AssignorName() != "range" {
+		t.Fatalf("group %s with %s", h.g.State(), h.g.AssignorName())
+	}
+	for id, want := range map[string]string{"m1": "a[0 1] b[0 1] ", "m2": "a[2 3] b[2 3] "} {
+		if got := fmtParts(h.member(id).Assigned); got != want {
+			t.Errorf("%s holds %s, want %s", id, got, want)
+		}
 	}
 }
