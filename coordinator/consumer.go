@@ -190,7 +190,8 @@ type ConsumerGroup struct {
 	members         map[string]*consumerMember
 	static          map[string]string // instance id -> member id
 	// owners holds, for every partition in some member's assigned or
-	// pending-revocation set, that member and the epoch it got it at.
+	// pending-revocation set, that member and its member epoch (Kafka's
+	// partition epochs); replaying the records rebuilds it exactly.
 	owners  map[tpKey]partitionOwner
 	topics  map[string]int32 // the catalog: topic -> partition count
 	sig     string           // subscribedSignature at the last bump

@@ -101,8 +101,8 @@ func (g *ConsumerGroup) leave(req *ConsumerHeartbeatRequest, fx *ConsumerEffects
 	// Static temporary leave: keep the seat and the assigned partitions (no
 	// one else gets them), give up pending revocations, no epoch bump. The
 	// session timer keeps running.
-	g.setAssignment(m, m.assigned, nil)
 	m.previousEpoch, m.epoch, m.state = m.epoch, EpochStaticLeave, MemberStable
+	g.setAssignment(m, m.assigned, nil)
 	m.revokeBefore = time.Time{}
 	fx.cancel(ConsumerTimerRebalance, m.id)
 	g.writeCurrent(m, fx)
@@ -317,7 +317,7 @@ func (g *ConsumerGroup) renameMember(old, upd *consumerMember, fx *ConsumerEffec
 	*m = *upd
 	m.assigned, m.pending, m.target = old.assigned, tpSet{}, old.target
 	g.members[m.id] = m
-	m.assigned.each(func(k tpKey) { g.owners[k] = partitionOwner{member: m.id, epoch: g.owners[k].epoch} })
+	m.assigned.each(func(k tpKey) { g.owners[k] = partitionOwner{member: m.id, epoch: m.epoch} })
 	old.pending.each(func(k tpKey) { delete(g.owners, k) })
 	fx.record(ConsumerTargetRecord{MemberID: m.id, Partitions: m.target.list()})
 	g.writeMember(m, fx)

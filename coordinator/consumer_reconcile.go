@@ -166,7 +166,8 @@ func (g *ConsumerGroup) computeNext(m *consumerMember, owned tpSet, now time.Tim
 }
 
 // setAssignment replaces m's assigned and pending-revocation partitions and
-// keeps the partition owners in step. Giving a member a partition another
+// keeps the partition owners in step, each stamped with m's epoch (set
+// m.epoch first). Giving a member a partition another
 // member holds is a bug of this package: it panics rather than let two
 // members own a partition.
 func (g *ConsumerGroup) setAssignment(m *consumerMember, assigned, pending tpSet) {
@@ -184,13 +185,10 @@ func (g *ConsumerGroup) setAssignment(m *consumerMember, assigned, pending tpSet
 	m.assigned.each(release)
 	m.pending.each(release)
 	claim := func(k tpKey) {
-		o, ok := g.owners[k]
-		if ok && o.member != m.id {
+		if o, ok := g.owners[k]; ok && o.member != m.id {
 			panic(fmt.Sprintf("coordinator: consumer group %s: %s-%d held by %s is given to %s", g.id, k.topic, k.partition, o.member, m.id))
 		}
-		if !ok {
-			g.owners[k] = partitionOwner{member: m.id, epoch: g.assignmentEpoch}
-		}
+		g.owners[k] = partitionOwner{member: m.id, epoch: m.epoch}
 	}
 	assigned.each(claim)
 	pending.each(claim)
