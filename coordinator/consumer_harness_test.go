@@ -146,7 +146,7 @@ func (h *cgHarness) check() {
 		h.t.Fatalf("replay: epochs %d/%d, live %d/%d", r.epoch, r.assignmentEpoch, h.g.epoch, h.g.assignmentEpoch)
 	}
 	if got, want := r.Members(), h.g.Members(); !reflect.DeepEqual(got, want) {
-		h.t.Fatalf("replay differs:\n got %+v\nwant %+v", got, want)
+		h.t.Fatalf("replay differs:\n got %#v\nwant %#v", got, want)
 	}
 	if !reflect.DeepEqual(r.static, h.g.static) || !reflect.DeepEqual(r.owners, h.g.owners) {
 		h.t.Fatalf("replay: static %v owners %v, live %v %v", r.static, r.owners, h.g.static, h.g.owners)

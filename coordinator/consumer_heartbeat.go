@@ -159,6 +159,9 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 		names := slices.Clone(req.SubscribedTopicNames)
 		slices.Sort(names)
 		upd.topics = slices.Compact(names)
+		if len(upd.topics) == 0 {
+			upd.topics = nil // one form for "no names", as a replay has it
+		}
 	}
 	if req.SubscribedTopicRegex != nil {
 		upd.regex = *req.SubscribedTopicRegex
