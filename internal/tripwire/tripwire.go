@@ -317,6 +317,10 @@ func (f *filler) goValue(v reflect.Value, elems int, skip []string, depth int) {
 			f.goValue(s.Index(j), elems, skip, depth+1)
 		}
 		v.Set(s)
+	case reflect.Array:
+		for j := range v.Len() {
+			f.goValue(v.Index(j), elems, skip, depth+1)
+		}
 	case reflect.Struct:
 		f.structValue(v, elems, skip, depth+1)
 	default:
@@ -349,7 +353,7 @@ func diffGo(path string, want, got reflect.Value) []string {
 			return nil
 		}
 		return diffGo(path, want.Elem(), got.Elem())
-	case reflect.Slice:
+	case reflect.Slice, reflect.Array:
 		if want.Len() != got.Len() {
 			return []string{fmt.Sprintf("%s: %d elements, want %d", pathOr(path), got.Len(), want.Len())}
 		}
