@@ -20,7 +20,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cohort-coord/cohort/coordinator"
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/security"
 )
@@ -645,11 +644,10 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 // expired slot, never to a returned one, as the groups answer each request
 // once (the coordinator's harness fails a machine that answers twice).
 type commitSlot struct {
-	p      pending
-	kreq   kmsg.OffsetCommitRequest
-	parts  commitParts
-	one    commitOne
-	answer coordinator.CommitAnswer
+	p     pending
+	kreq  kmsg.OffsetCommitRequest
+	parts commitParts
+	one   commitOne
 }
 
 // takeCommitSlot returns a slot whose request is ready to decode into.
@@ -676,16 +674,6 @@ func (l *Listener) takeWaitSlot() *waitSlot {
 		s = new(waitSlot)
 	}
 	return s
-}
-
-// CommitAnswerRoom implements coordinator.AnswerRoom: a pooled commit's
-// native answer is built in its slot, which is not reused before the writer
-// has read that answer.
-func (p *pending) CommitAnswerRoom() *coordinator.CommitAnswer {
-	if p.slot == nil {
-		return nil
-	}
-	return &p.slot.answer
 }
 
 // release returns p's slot to l, when it has one that no answer can still
