@@ -275,7 +275,7 @@ type memberAssignment struct {
 func causeOf(g *coordinator.Group, req any) string {
 	switch m := req.(type) {
 	case *pb.JoinGroupRequest:
-		if id := m.GetMemberId(); id != "" && slices.Contains(g.MemberIDs(), id) {
+		if id := m.GetMemberId(); id != "" && g.HasMember(id) {
 			return CauseMetadata
 		}
 		return CauseJoin
