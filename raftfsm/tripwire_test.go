@@ -62,21 +62,29 @@ func TestEncodeGroupWritesKeepsEveryField(t *testing.T) {
 			t.Fatalf("variant %d: %v", i, failed)
 		}
 		failDiff(t, "encodeGroupWrites", want, decodeEntry(t, data))
-		if offsets[i] {
-			// One field at a time, so that the one left out is named
-			// even when another is too.
-			for n := 0; ; n++ {
-				w := &raftpb.GroupWrite{}
-				path, ok := tripwire.Leaf(w, i, n)
-				if !ok {
-					break
-				}
-				data, _, _ := encodeGroupWrites([]*raftpb.GroupWrite{w})
-				if got := decodeEntry(t, data); !proto.Equal(got.GetWrites()[0], w) {
-					t.Errorf("encodeGroupWrites drops GroupWrite.%s", path)
-				}
-			}
+		if !offsets[i] {
+			continue
 		}
+		eachWriteLeaf(i, func(path string, w *raftpb.GroupWrite) {
+			data, _, _ := encodeGroupWrites([]*raftpb.GroupWrite{w})
+			if got := decodeEntry(t, data); !proto.Equal(got.GetWrites()[0], w) {
+				t.Errorf("encodeGroupWrites drops GroupWrite.%s", path)
+			}
+		})
+	}
+}
+
+// eachWriteLeaf calls f with every GroupWrite of variant that sets one leaf
+// field (tripwire.Leaf), so that a field a codec leaves out is named even
+// when another is left out too.
+func eachWriteLeaf(variant int, f func(path string, w *raftpb.GroupWrite)) {
+	for n := 0; ; n++ {
+		w := &raftpb.GroupWrite{}
+		path, ok := tripwire.Leaf(w, variant, n)
+		if !ok {
+			return
+		}
+		f(path, w)
 	}
 }
 
@@ -86,11 +94,7 @@ func TestEncodeGroupWritesKeepsEveryField(t *testing.T) {
 func TestDecodeGroupWritesKnowsEveryField(t *testing.T) {
 	ws, offsets := filledWrites()
 	for i, want := range ws {
-		b, err := proto.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := decodeGroupWrites(b)
+		got, err := decodeGroupWrites(marshal(t, want))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,23 +102,14 @@ func TestDecodeGroupWritesKnowsEveryField(t *testing.T) {
 		if !offsets[i] {
 			continue
 		}
-		for n := 0; ; n++ {
-			w := &raftpb.GroupWrite{}
-			path, ok := tripwire.Leaf(w, i, n)
-			if !ok {
-				break
-			}
-			b, err := proto.Marshal(&raftpb.GroupWrites{Writes: []*raftpb.GroupWrite{w}})
-			if err != nil {
-				t.Fatal(err)
-			}
+		eachWriteLeaf(i, func(path string, w *raftpb.GroupWrite) {
 			var d writeDecoder
-			if got, ok := d.fast(b); !ok {
+			if got, ok := d.fast(marshal(t, &raftpb.GroupWrites{Writes: []*raftpb.GroupWrite{w}})); !ok {
 				t.Errorf("the hand decoder does not know GroupWrite.%s (it leaves the entry to proto.Unmarshal)", path)
 			} else if !proto.Equal(got.GetWrites()[0], w) {
 				t.Errorf("the hand decoder drops GroupWrite.%s", path)
 			}
-		}
+		})
 	}
 }
 
@@ -122,11 +117,7 @@ func TestDecodeGroupWritesKnowsEveryField(t *testing.T) {
 func TestParseEnvelopeKnowsEveryField(t *testing.T) {
 	want := &raftpb.Envelope{}
 	tripwire.Fill(want, 0)
-	b, err := proto.Marshal(want)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := parseEnvelope(b)
+	e, err := parseEnvelope(marshal(t, want))
 	if err != nil {
 		t.Fatal(err)
 	}
