@@ -26,7 +26,7 @@ type pending struct {
 
 	start time.Time // when queued; set only with metrics
 
-	// An asynchronous request (sent to AsyncGroups, no worker): call
+	// An asynchronous request (sent to the groups, no worker): call
 	// builds the answer from the native answer that Answer takes to the
 	// native request, or from none once state says the deadline passed
 	// first.

@@ -27,18 +27,18 @@ const errNone int16 = 0
 // errBadInput marks input that closes the connection.
 var errBadInput = errors.New("bad input")
 
-// conn is one client connection. A reader goroutine decodes frames and hands
-// each request to a worker goroutine, so later requests are processed while
-// earlier ones wait (a parked JoinGroup); a writer goroutine writes the
-// answers in request order. At most maxInFlight requests are in progress or
-// waiting to be written.
+// conn is one client connection. A reader goroutine decodes frames; a writer
+// goroutine writes the answers in request order. At most maxInFlight requests
+// are in progress or waiting to be written.
 //
-// With an AsyncGroups, the requests that wait on a Raft write or a
-// rebalance (OffsetCommit, JoinGroup, SyncGroup) need no worker: the reader
-// prepares each and sends it to the groups, whose answer marks it done; the
-// writer builds the Kafka answer in its turn, or answers by itself at the
-// call's bound. Nothing waits per request, so a thousand commits in flight
-// are a thousand small records, not a thousand parked goroutines.
+// The requests that wait on a Raft write or a rebalance (OffsetCommit,
+// JoinGroup, SyncGroup) need no goroutine: the reader prepares each and sends
+// it to the groups (Groups.Send), whose answer marks it done; the writer
+// builds the Kafka answer in its turn, or answers by itself at the call's
+// bound. Nothing waits per request, so a thousand commits in flight are a
+// thousand small records, not a thousand parked goroutines. The other
+// requests are handed to worker goroutines, so later requests are processed
+// while earlier ones wait.
 //
 // The answers wait in fifo, in request order. The writer sleeps until the
 // first of them is complete: whatever completes it (the reader queueing a

@@ -36,14 +36,14 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 	if c.authenticating() {
 		return c.saslRequest(h, body)
 	}
-	inline := h.key == kmsg.Heartbeat.Int16() && c.l.inlineHeartbeats
+	inline := h.key == kmsg.Heartbeat.Int16()
 	var kreq kmsg.Request
 	var slot *commitSlot
 	switch {
 	case inline:
 		c.hb.Default()
 		kreq = &c.hb
-	case h.key == kmsg.OffsetCommit.Int16() && c.l.async != nil:
+	case h.key == kmsg.OffsetCommit.Int16():
 		slot = c.l.takeCommitSlot()
 		kreq = &slot.kreq
 	default:
@@ -93,15 +93,16 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 		return c.answerInline(h, spec.fn, &c.inline, kreq)
 	}
 	r := request{version: h.version, clientID: c.clientIDString(h.clientID), c: c}
-	if c.l.async != nil && asyncKey(h.key) {
+	if sentKey(h.key) {
 		return c.send(h, r, kreq, slot)
 	}
 	return c.enqueue(&pending{corr: h.corr, key: h.key, fn: spec.fn, kreq: kreq, r: r})
 }
 
-// asyncKey reports whether requests of API key are sent to AsyncGroups
-// from the reader: those that wait on a Raft write or a rebalance.
-func asyncKey(key int16) bool {
+// sentKey reports whether requests of API key are sent to the groups
+// (Groups.Send) from the reader: those that wait on a Raft write or a
+// rebalance.
+func sentKey(key int16) bool {
 	switch key {
 	case kmsg.OffsetCommit.Int16(), kmsg.JoinGroup.Int16(), kmsg.SyncGroup.Int16():
 		return true
@@ -146,7 +147,7 @@ func (c *conn) send(h header, r request, kreq kmsg.Request, slot *commitSlot) (e
 	if err := c.enqueue(p); err != nil {
 		return err
 	}
-	c.l.async.Send(n, p)
+	c.l.groups.Send(n, p)
 	return nil
 }
 

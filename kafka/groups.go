@@ -72,19 +72,6 @@ func parkTimeout(rebalanceMs int32) time.Duration {
 	return time.Duration(rebalanceMs)*time.Millisecond + parkMargin
 }
 
-// waitingCall serves, on a worker, an API that waits on a Raft write or a
-// rebalance: OffsetCommit, JoinGroup or SyncGroup. With an AsyncGroups the
-// reader sends these without a worker instead (conn.send); both paths
-// prepare and answer alike.
-func (l *Listener) waitingCall(ctx context.Context, r *request, kreq kmsg.Request) kmsg.Response {
-	n, timeout, a, resp := l.prepare(r, kreq, nil)
-	if resp != nil {
-		return resp
-	}
-	m, err := l.groups.CallWithin(ctx, n, timeout)
-	return a.answer(l, n, m, err)
-}
-
 // prepare checks a waiting call's request and builds its native request,
 // the call's bound and what turns the native answer into the Kafka one; or
 // it returns the answer when the request goes no further.

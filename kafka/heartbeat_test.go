@@ -176,7 +176,7 @@ func TestInlineHeartbeatReusesOnlyAnsweredRequests(t *testing.T) {
 		}
 		return &grouppb.HeartbeatResponse{ErrorCode: hb.GetGenerationId()}, nil
 	}}
-	s := startServer(t, inlineGroups{fg}, nil)
+	s := startServer(t, fg, nil)
 	c := dial(t, s.l.Addr())
 	send := func(member string, gen int32) int16 {
 		r := kmsg.NewPtrHeartbeatRequest()
