@@ -16,10 +16,6 @@ type request struct {
 	c        *conn
 }
 
-// inline reports whether r is its connection's inline request, answered on
-// the reader goroutine: the reader's scratch messages are r's to use.
-func (r *request) inline() bool { return r.c != nil && r == &r.c.inline }
-
 // dispatch decodes one request frame and answers it, inline or through a
 // worker. A borrowed frame is only valid until dispatch returns: requests
 // answered later decode from a copy, since decoded byte fields share the

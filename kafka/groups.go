@@ -214,26 +214,20 @@ func (a *syncAnswer) answer(l *Listener, n, m proto.Message, err error) kmsg.Res
 	return resp
 }
 
+// heartbeat answers a Heartbeat on the connection's reader (answerInline):
+// the reader's scratch messages are its to use.
 func (l *Listener) heartbeat(ctx context.Context, r *request, req *kmsg.HeartbeatRequest) kmsg.Response {
-	inline := r.inline()
-	var resp *kmsg.HeartbeatResponse
-	if inline {
-		r.c.hbAnswer = kmsg.HeartbeatResponse{}
-		resp = &r.c.hbAnswer
-	} else {
-		resp = kmsg.NewPtrHeartbeatResponse()
-	}
+	r.c.hbAnswer = kmsg.HeartbeatResponse{}
+	resp := &r.c.hbAnswer
 	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
 		resp.ErrorCode = groupDenied
 		return resp
 	}
-	var n *grouppb.HeartbeatRequest
-	if inline {
-		// The group actor is done with the native request once it has
-		// answered; one that did not answer in time may still be queued
-		// there, so only an answered one is kept for the next heartbeat.
-		n, r.c.hbNative = r.c.hbNative, nil
-	}
+	// The group actor is done with the native request once it has
+	// answered; one that did not answer in time may still be queued there,
+	// so only an answered one is kept for the next heartbeat.
+	n := r.c.hbNative
+	r.c.hbNative = nil
 	if n == nil {
 		n = &grouppb.HeartbeatRequest{}
 	}
@@ -246,9 +240,7 @@ func (l *Listener) heartbeat(ctx context.Context, r *request, req *kmsg.Heartbea
 		resp.ErrorCode = callErrorCode(err)
 		return resp
 	}
-	if inline {
-		r.c.hbNative = n
-	}
+	r.c.hbNative = n
 	resp.ErrorCode = int16(out.ErrorCode)
 	return resp
 }
