@@ -1,7 +1,7 @@
 GO ?= go
 PROTO_FILES := $(sort $(shell find proto -name '*.proto'))
 
-.PHONY: all build test test-short proto proto-check deps bench fuzz vet fmt-check staticcheck
+.PHONY: all build test test-short proto proto-check tidy-check deps bench fuzz fuzz-list vet fmt-check staticcheck
 
 STATICCHECK_VERSION := v0.8.2
 # Each fuzz target runs this long in `make fuzz`.
@@ -15,13 +15,17 @@ build:
 # The whole suite: installs what the tests need, checks generated code, vets, runs
 # every test with the race detector, and runs each quick benchmark once (so they
 # keep working; the numbers come from `make bench`).
-test: deps proto-check fmt-check vet staticcheck
+test: deps tidy-check proto-check fmt-check vet staticcheck
 	$(GO) test -race -count=1 -timeout 30m ./...
 	$(GO) test -race -count=1 -tags seededbugs ./cmd/cohortd/
 	$(GO) test -short -run '^$$' -bench . -benchtime 1x -timeout 10m ./coordinator/ ./actors/ ./raftfsm/ ./assignor/ ./kafka/
 
 test-short:
 	$(GO) test -short -count=1 ./...
+
+# Fails when go.mod or go.sum is not what `go mod tidy` makes of them.
+tidy-check:
+	$(GO) mod tidy -diff
 
 vet:
 	$(GO) vet ./...
@@ -55,13 +59,22 @@ proto-check: proto
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./coordinator/ ./actors/ ./raftfsm/
 
+# Every fuzz target in the tree as <package dir>/<FuzzName>, read from the tests
+# themselves, so a new target is fuzzed without being listed here.
+FUZZ_TARGETS := $(sort $(shell grep -rHo --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | sed -E 's|^\./(.*)/[^/]*:func |\1/|'))
+# Extra flags for one target, by name.
+FUZZFLAGS_FuzzTLSAccept := -fuzzminimizetime 10x
+
+define newline
+
+
+endef
+
 # Runs every fuzz target for FUZZTIME (go test -fuzz takes one target per run).
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzGroup$$' -fuzztime $(FUZZTIME) ./coordinator/
-	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./raftfsm/
-	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) ./raftfsm/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseEnvelope$$' -fuzztime $(FUZZTIME) ./raftfsm/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./assignor/
-	$(GO) test -run '^$$' -fuzz '^FuzzConn$$' -fuzztime $(FUZZTIME) ./kafka/
-	$(GO) test -run '^$$' -fuzz '^FuzzSASL$$' -fuzztime $(FUZZTIME) ./kafka/
-	$(GO) test -run '^$$' -fuzz '^FuzzTLSAccept$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x ./kafka/
+	@test -n "$(FUZZ_TARGETS)" || (echo "no fuzz targets found" >&2; exit 1)
+	$(foreach t,$(FUZZ_TARGETS),$(GO) test -run '^$$' -fuzz '^$(notdir $(t))$$' -fuzztime $(FUZZTIME) $(FUZZFLAGS_$(notdir $(t))) ./$(dir $(t))$(newline))
+
+# Lists the fuzz targets `make fuzz` runs.
+fuzz-list:
+	@$(foreach t,$(FUZZ_TARGETS),echo $(t);)

@@ -374,3 +374,31 @@ func TestMemberViewAssignment(t *testing.T) {
 		t.Fatalf("no assignment gave %v, want nil", got)
 	}
 }
+
+// A join gives the cause metadata when its member is known, join otherwise.
+func TestCauseOf(t *testing.T) {
+	cfg := coordinator.DefaultConfig()
+	now := time.Unix(1000, 0)
+	g := coordinator.New("g", &cfg, now)
+	var fx coordinator.Effects
+	g.Join(now, &pb.JoinGroupRequest{GroupId: "g", ClientId: "c", SessionTimeoutMs: 10000, RebalanceTimeoutMs: 10000, ProtocolType: "consumer",
+		Protocols: []*pb.Protocol{{Name: "range"}}}, "1", "caller", &fx)
+	ids := g.MemberIDs()
+	if len(ids) != 1 {
+		t.Fatalf("members %q", ids)
+	}
+	for _, c := range []struct {
+		req  any
+		want string
+	}{
+		{&pb.JoinGroupRequest{MemberId: ids[0]}, CauseMetadata},
+		{&pb.JoinGroupRequest{MemberId: "other"}, CauseJoin},
+		{&pb.JoinGroupRequest{}, CauseJoin},
+		{&pb.LeaveGroupRequest{}, CauseLeave},
+		{&pb.SyncGroupRequest{}, CauseEnforced},
+	} {
+		if got := causeOf(g, c.req); got != c.want {
+			t.Errorf("causeOf(%v) = %q, want %q", c.req, got, c.want)
+		}
+	}
+}

@@ -68,7 +68,9 @@ func (s *Service) Call(ctx context.Context, req proto.Message) (proto.Message, e
 }
 
 // CallWithin is Call bounded by timeout as well as by ctx; a zero timeout is
-// Call's bound. It saves callers a derived context per call.
+// Call's bound. It saves callers a derived context per call. A
+// HeartbeatRequest is answered without waiting: a heartbeat neither parks nor
+// writes (the Kafka listener calls it on a connection's reader goroutine).
 func (s *Service) CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error) {
 	if _, ok := ctx.Deadline(); !ok && timeout <= 0 {
 		timeout = DefaultCallTimeout
@@ -244,11 +246,6 @@ func (c *Client) Call(ctx context.Context, req proto.Message) (proto.Message, er
 // GroupID returns the id string of a group this node has an actor for,
 // equal to b, so that a caller decoding requests need not allocate one.
 func (s *Service) GroupID(b []byte) (string, bool) { return s.env.directory.ID(b) }
-
-// AnswersHeartbeatsInline reports that Call answers a HeartbeatRequest
-// without waiting: the group actor runs on the caller's goroutine and a
-// heartbeat neither parks nor writes.
-func (s *Service) AnswersHeartbeatsInline() bool { return true }
 
 // Activate makes the service coordinate groups: every stored group is
 // loaded into its actor with fresh session timers. It returns once the

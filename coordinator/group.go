@@ -442,6 +442,9 @@ func (g *Group) MemberIDs() []string {
 	return ids
 }
 
+// HasMember reports whether id is a member of the group.
+func (g *Group) HasMember(id string) bool { return g.members.get(id) != nil }
+
 // HasPending reports whether id is a pending (MEMBER_ID_REQUIRED) member id.
 func (g *Group) HasPending(id string) bool {
 	_, ok := g.pending[id]

@@ -106,6 +106,14 @@ func (h *harness) wantState(state State, gen int32, members ...string) {
 	if got := h.g.MemberIDs(); strings.Join(got, ",") != strings.Join(members, ",") {
 		h.t.Fatalf("members %q, want %q", got, members)
 	}
+	for _, id := range members {
+		if !h.g.HasMember(id) {
+			h.t.Fatalf("HasMember(%q) is false", id)
+		}
+	}
+	if h.g.HasMember("not-a-member") {
+		h.t.Fatal("HasMember of an absent id is true")
+	}
 }
 
 // takeWritten returns the records written since the last call.

@@ -32,28 +32,6 @@ type oneAnswer struct {
 	pp   [1]*pb.PartitionError
 }
 
-// CommitAnswer is room for the answer to a commit of one partition.
-type CommitAnswer struct{ a oneAnswer }
-
-// AnswerRoom is implemented by a ReplyTo that holds room for the answer to
-// the usual commit of one partition (the Kafka listener's pooled commit
-// block): the answer is built there rather than allocated. The room must
-// stay the caller's, untouched, from the commit until the answer has been
-// delivered to it and read; nil: no room.
-type AnswerRoom interface {
-	CommitAnswerRoom() *CommitAnswer
-}
-
-// answerRoom is to's room for a one-partition commit's answer, or nil.
-func answerRoom(to ReplyTo) *oneAnswer {
-	if r, ok := to.(AnswerRoom); ok {
-		if room := r.CommitAnswerRoom(); room != nil {
-			return &room.a
-		}
-	}
-	return nil
-}
-
 // commitAnswer is commitErrors for a commit of n partitions. The answer to a
 // commit of one partition is built in one, or in a block of its own when one
 // is nil.
@@ -72,8 +50,6 @@ func commitAnswer(req *pb.OffsetCommitRequest, n int, code int32, one *oneAnswer
 		b := one
 		if b == nil {
 			b = new(oneAnswer)
-		} else {
-			*b = oneAnswer{} // a reused room may hold an earlier answer
 		}
 		resp, tes, pes, tptrs, pptrs = &b.resp, b.te[:], b.pe[:], b.tp[:0], b.pp[:0]
 	} else {
@@ -109,12 +85,11 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 	}
 	n := partitionsIn(req)
 	// A commit's records and their wrappers are allocated together, in the
-	// write itself for the usual commit of one partition; its answer goes in
-	// the caller's room when it offers one (AnswerRoom). Each offset is an allocation of its own: the leader's store
-	// keeps it as the committed offset, and it must not keep the rest of the
-	// write alive.
+	// write itself, with its answer, for the usual commit of one partition.
+	// Each offset is an allocation of its own: the leader's store keeps it as
+	// the committed offset, and it must not keep the rest of the write alive.
 	op := &commitWrite{reply: to}
-	resp := commitAnswer(req, n, ErrNone, answerRoom(to))
+	resp := commitAnswer(req, n, ErrNone, &op.answer)
 	op.resp = resp
 	nowMs := now.UnixMilli()
 	expireMs := int64(-1)
@@ -207,7 +182,8 @@ type commitWrite struct {
 	reply   ReplyTo
 	written []writtenOffset
 	fence   pb.WriteFence
-	// The lists of a one-partition commit.
+	// The lists and the answer of a one-partition commit.
+	answer oneAnswer
 	one    [1]writtenOffset
 	rec    [1]*pb.Record
 	record [1]pb.Record

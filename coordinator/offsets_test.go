@@ -391,19 +391,13 @@ func TestStateTransitions(t *testing.T) {
 	}
 }
 
-// roomReply is a ReplyTo with room for a one-partition commit's answer, as
-// the Kafka listener's pooled commit blocks are.
-type roomReply struct{ room CommitAnswer }
-
-func (r *roomReply) CommitAnswerRoom() *CommitAnswer { return &r.room }
-
-// The answer to a commit of one partition is built in the room its caller
-// offers, emptied of the answer it held before; a larger commit's is not.
-func TestCommitAnswerRoom(t *testing.T) {
+// A commit's answer, of one partition or more, names the committed
+// partitions; one answer is not changed by the next commit's.
+func TestCommitAnswers(t *testing.T) {
 	cfg := DefaultConfig()
 	now := time.Unix(1000, 0)
 	g := New("g", &cfg, now)
-	to := &roomReply{}
+	to := "caller"
 	commit := func(parts ...int32) any {
 		var fx Effects
 		req := &pb.OffsetCommitRequest{GroupId: "g", GenerationId: -1, Topics: []*pb.OffsetCommitTopic{{Name: "t"}}}
@@ -422,18 +416,10 @@ func TestCommitAnswerRoom(t *testing.T) {
 		}
 		return fx.Replies[0].Msg
 	}
-	// An earlier answer's leftovers.
-	to.room.a.te[0].Name = "old"
-	to.room.a.pe[0].ErrorCode = ErrNotCoordinator
-	got := commit(3)
-	if got != &to.room.a.resp {
-		t.Fatal("one-partition answer not built in the offered room")
-	}
-	checkMsg(t, "one partition", &pb.OffsetCommitResponse{Topics: []*pb.TopicPartitionErrors{{Name: "t", Partitions: []*pb.PartitionError{{Partition: 3}}}}}, got.(*pb.OffsetCommitResponse))
-	got = commit(1, 2)
-	if got == &to.room.a.resp {
-		t.Fatal("two-partition answer built in the one-partition room")
-	}
+	one := commit(3)
+	checkMsg(t, "one partition", &pb.OffsetCommitResponse{Topics: []*pb.TopicPartitionErrors{{Name: "t", Partitions: []*pb.PartitionError{{Partition: 3}}}}}, one.(*pb.OffsetCommitResponse))
+	got := commit(1, 2)
+	checkMsg(t, "one partition, after the next commit", &pb.OffsetCommitResponse{Topics: []*pb.TopicPartitionErrors{{Name: "t", Partitions: []*pb.PartitionError{{Partition: 3}}}}}, one.(*pb.OffsetCommitResponse))
 	checkMsg(t, "two partitions", &pb.OffsetCommitResponse{Topics: []*pb.TopicPartitionErrors{{Name: "t", Partitions: []*pb.PartitionError{{Partition: 1}, {Partition: 2}}}}}, got.(*pb.OffsetCommitResponse))
 	if o := g.Fetch(&pb.OffsetFetchRequest{GroupId: "g", Topics: []*pb.TopicPartitions{{Name: "t", Partitions: []int32{1, 2, 3}}}}); o.Topics[0].Partitions[2].Offset != 13 || o.Topics[0].Partitions[0].Offset != 11 {
 		t.Fatalf("fetched %v", o)

@@ -32,13 +32,13 @@ func (l *Listener) apiTable() (map[int16]apiSpec, []apiVersion) {
 		kmsg.Fetch.Int16():           {0, 12, handle(l.fetch)},
 		kmsg.ListOffsets.Int16():     {0, 7, handle(l.listOffsets)},
 		kmsg.Metadata.Int16():        {0, 12, handle(l.metadata)},
-		kmsg.OffsetCommit.Int16():    {0, 9, l.waitingCall},
+		kmsg.OffsetCommit.Int16():    {0, 9, nil}, // sent to the groups by the reader (conn.send)
 		kmsg.OffsetFetch.Int16():     {0, 9, handle(l.offsetFetch)},
 		kmsg.FindCoordinator.Int16(): {0, 4, handle(l.findCoordinator)},
-		kmsg.JoinGroup.Int16():       {0, 9, l.waitingCall},
+		kmsg.JoinGroup.Int16():       {0, 9, nil}, // sent, as OffsetCommit
 		kmsg.Heartbeat.Int16():       {0, 4, handle(l.heartbeat)},
 		kmsg.LeaveGroup.Int16():      {0, 5, handle(l.leaveGroup)},
-		kmsg.SyncGroup.Int16():       {0, 5, l.waitingCall},
+		kmsg.SyncGroup.Int16():       {0, 5, nil}, // sent, as OffsetCommit
 		kmsg.DescribeGroups.Int16():  {0, 5, handle(l.describeGroups)},
 		kmsg.ListGroups.Int16():      {0, 5, handle(l.listGroups)},
 		kmsg.ApiVersions.Int16():     {0, 3, nil}, // answered in dispatch for every version

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,34 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/catalog"
-	"github.com/cohort-coord/cohort/coordinator"
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
-
-// asyncGroups is fakeGroups that also takes requests without waiting
-// (AsyncGroups): each is answered from a goroutine of its own, after delay
-// (when set) and once hold (when set) is closed.
-type asyncGroups struct {
-	*fakeGroups
-	hold  chan struct{}
-	delay func() time.Duration
-	sent  atomic.Int64
-}
-
-func (g *asyncGroups) Send(req proto.Message, to coordinator.Answerer) {
-	g.sent.Add(1)
-	go func() {
-		if g.hold != nil {
-			<-g.hold
-		}
-		if g.delay != nil {
-			time.Sleep(g.delay())
-		}
-		if m, err := g.fakeGroups.CallWithin(context.Background(), req, 0); err == nil {
-			to.Answer(m)
-		}
-	}()
-}
 
 // withAsyncBound bounds every asynchronous request by d for one test.
 func withAsyncBound(t *testing.T, d time.Duration) {
@@ -68,13 +41,37 @@ func commitRequest(v int16, topics map[string][]int32, order ...string) *kmsg.Of
 	return r
 }
 
-// OffsetCommits, JoinGroups and SyncGroups sent without a waiting worker get
-// the answers, byte for byte, that the worker path gives: at every version,
-// with commit partitions the listener refuses itself, with call errors,
-// with answers of the wrong type, and with a commit answer whose topics come
-// in another order than asked. (asyncGroups never answers a failed call:
-// those requests are answered at a short bound.)
-func TestAsyncAnswersAsTheWorkerDoes(t *testing.T) {
+// directAnswer is the answer to req that preparing it, calling fn on its
+// native request and building the Kafka answer in one go give (what a
+// worker answered, when these requests waited on one).
+func directAnswer(t *testing.T, l *Listener, fn func(context.Context, proto.Message) (proto.Message, error), req kmsg.Request) []byte {
+	t.Helper()
+	kreq := kmsg.RequestForKey(req.Key())
+	kreq.SetVersion(req.GetVersion())
+	if err := kreq.ReadFrom(req.AppendTo(nil)); err != nil {
+		t.Fatal(err)
+	}
+	r := request{version: req.GetVersion(), clientID: "test-client", c: &conn{l: l, host: "/127.0.0.1"}}
+	n, _, a, resp := l.prepare(&r, kreq, nil)
+	if resp == nil {
+		m, err := emptyAnswer(n), error(nil)
+		if fn != nil {
+			m, err = fn(context.Background(), n)
+		}
+		resp = a.answer(l, n, m, err)
+	}
+	resp.SetVersion(req.GetVersion())
+	return resp.AppendTo(nil)
+}
+
+// OffsetCommits, JoinGroups and SyncGroups sent to the groups get the
+// answers, byte for byte, that preparing them, calling the groups and
+// answering in one go give: at every version, with commit partitions the
+// listener refuses itself, with call errors, with answers of the wrong type,
+// and with a commit answer whose topics come in another order than asked.
+// (The fake never answers a failed call: those requests are answered at a
+// short bound.)
+func TestSentAnswersAsADirectCall(t *testing.T) {
 	withAsyncBound(t, 0)
 	commits := func(fn func(out *grouppb.OffsetCommitResponse)) func(context.Context, proto.Message) (proto.Message, error) {
 		return func(_ context.Context, req proto.Message) (proto.Message, error) {
@@ -134,19 +131,16 @@ func TestAsyncAnswersAsTheWorkerDoes(t *testing.T) {
 		if name == "error" {
 			asyncBound = 20 * time.Millisecond
 		}
-		sync := startServer(t, &fakeGroups{fn: fn}, nil)
-		ag := &asyncGroups{fakeGroups: &fakeGroups{fn: fn}}
-		async := startServer(t, ag, nil)
-		for _, s := range []*testServer{sync, async} {
-			if err := s.topics.Apply(catalog.CreateTopic{Name: "u", ID: catalog.NewTopicID(), Partitions: 1}); err != nil {
-				t.Fatal(err)
-			}
+		ag := &fakeGroups{fn: fn}
+		s := startServer(t, ag, nil)
+		if err := s.topics.Apply(catalog.CreateTopic{Name: "u", ID: catalog.NewTopicID(), Partitions: 1}); err != nil {
+			t.Fatal(err)
 		}
-		sc, ac := dial(t, sync.l.Addr()), dial(t, async.l.Addr())
+		c := dial(t, s.l.Addr())
 		for _, req := range requests {
-			want, got := sc.do(req), ac.do(req)
-			if wb, gb := want.AppendTo(nil), got.AppendTo(nil); string(wb) != string(gb) {
-				t.Fatalf("%s: %s v%d: async answer %+v, worker answer %+v", name, kmsg.NameForKey(req.Key()), req.GetVersion(), got, want)
+			got := c.do(req)
+			if want, gb := directAnswer(t, s.l, fn, req), got.AppendTo(nil); string(want) != string(gb) {
+				t.Fatalf("%s: %s v%d: answer %+v, a direct call's %x", name, kmsg.NameForKey(req.Key()), req.GetVersion(), got, want)
 			}
 		}
 		if n := ag.sent.Load(); n < 30 {
@@ -158,14 +152,14 @@ func TestAsyncAnswersAsTheWorkerDoes(t *testing.T) {
 // Answers keep the request order: a heartbeat answered at once waits behind
 // an earlier commit whose answer has not come yet.
 func TestAsyncCommitKeepsAnswerOrder(t *testing.T) {
-	ag := &asyncGroups{fakeGroups: &fakeGroups{}, hold: make(chan struct{})}
+	ag := &fakeGroups{hold: make(chan struct{})}
 	s := startServer(t, ag, nil)
 	c := dial(t, s.l.Addr())
 	commit := commitRequest(8, map[string][]int32{"t": {0}}, "t")
 	hb := sampleRequest(12, 4)
 	hb.SetVersion(4)
 	first, second := c.send(commit), c.send(hb)
-	for ag.sent.Load() == 0 || ag.fakeGroups.count() == 0 {
+	for ag.sent.Load() == 0 || ag.count() == 0 {
 		time.Sleep(time.Millisecond) // until the commit is sent and the heartbeat answered
 	}
 	close(ag.hold)
@@ -187,7 +181,7 @@ func TestAsyncCommitKeepsAnswerOrder(t *testing.T) {
 // answer is dropped, and the connection goes on.
 func TestAsyncCommitDeadline(t *testing.T) {
 	withAsyncBound(t, 100*time.Millisecond)
-	ag := &asyncGroups{fakeGroups: &fakeGroups{}, hold: make(chan struct{})}
+	ag := &fakeGroups{hold: make(chan struct{})}
 	s := startServer(t, ag, nil)
 	c := dial(t, s.l.Addr())
 	req := commitRequest(8, map[string][]int32{"t": {0, 1}, "nope": {0}}, "t", "nope")
@@ -217,7 +211,7 @@ func TestAsyncCommitDeadline(t *testing.T) {
 // anything else, and every answer comes in order (run with -race).
 func TestAsyncAnswersRacingTheDeadline(t *testing.T) {
 	withAsyncBound(t, time.Millisecond)
-	ag := &asyncGroups{fakeGroups: &fakeGroups{}, delay: func() time.Duration { return time.Duration(rand.IntN(2000)) * time.Microsecond }}
+	ag := &fakeGroups{delay: func() time.Duration { return time.Duration(rand.IntN(2000)) * time.Microsecond }}
 	s := startServer(t, ag, nil)
 	c := dial(t, s.l.Addr())
 	// Commits, joins and syncs each live in a pooled slot (commitSlot,

@@ -58,17 +58,8 @@ func FuzzConn(f *testing.F) {
 		if err := l.topics.Apply(catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 3}); err != nil {
 			t.Fatal(err)
 		}
-		// Heartbeats are answered on the reader for half the inputs, by a
-		// worker for the other half.
-		l.inlineHeartbeats = len(data)%2 == 0
-		// Commits, joins and syncs go to the groups without a worker for a
-		// third of the inputs.
-		l.async = nil
 		l.commitSlots = new(sync.Pool) // a slot's channel is its bubble's
 		l.waitSlots = new(sync.Pool)
-		if len(data)%3 == 0 {
-			l.async = &asyncGroups{fakeGroups: &fakeGroups{}}
-		}
 		synctest.Test(t, func(t *testing.T) {
 			client, server := net.Pipe()
 			c := l.newConn(context.Background(), server)

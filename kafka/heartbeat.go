@@ -19,8 +19,12 @@ type heartbeatStrings struct {
 // member and instance ids from last when they repeat. It reports false,
 // leaving hb for kmsg to decode, for anything else: a negative or overlong
 // length, a tagged field, bytes after the body. Where it reports true, hb
-// holds what kmsg's ReadFrom decodes from the same bytes.
+// holds what kmsg's ReadFrom decodes from the same bytes. It knows versions 0
+// to 4; a later one, which may add fields, is left to kmsg.
 func decodeHeartbeat(body []byte, version int16, hb *kmsg.HeartbeatRequest, ids GroupIDs, last *heartbeatStrings) bool {
+	if version < 0 || version > 4 {
+		return false
+	}
 	flexible := version >= 4
 	group, rest, ok := wireString(body, flexible)
 	if !ok {

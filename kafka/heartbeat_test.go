@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cohort-coord/cohort/internal/tripwire"
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -25,14 +26,12 @@ func (h heldGroups) GroupID(b []byte) (string, bool) {
 	return s, ok
 }
 
-// sameHeartbeat fails unless got holds the fields of want.
+// sameHeartbeat fails unless got holds the fields of want, naming those it
+// does not.
 func sameHeartbeat(t testing.TB, got, want *kmsg.HeartbeatRequest) {
 	t.Helper()
-	if got.Version != want.Version || got.Group != want.Group || got.Generation != want.Generation || got.MemberID != want.MemberID {
-		t.Fatalf("decoded %+v, kmsg decodes %+v", got, want)
-	}
-	if (got.InstanceID == nil) != (want.InstanceID == nil) || (got.InstanceID != nil && *got.InstanceID != *want.InstanceID) {
-		t.Fatalf("instance id %v, kmsg decodes %v", got.InstanceID, want.InstanceID)
+	if diff := tripwire.DiffStruct(want, got); diff != nil {
+		t.Fatalf("decoded %+v, kmsg decodes %+v: %q", got, want, diff)
 	}
 }
 
@@ -177,7 +176,7 @@ func TestInlineHeartbeatReusesOnlyAnsweredRequests(t *testing.T) {
 		}
 		return &grouppb.HeartbeatResponse{ErrorCode: hb.GetGenerationId()}, nil
 	}}
-	s := startServer(t, inlineGroups{fg}, nil)
+	s := startServer(t, fg, nil)
 	c := dial(t, s.l.Addr())
 	send := func(member string, gen int32) int16 {
 		r := kmsg.NewPtrHeartbeatRequest()

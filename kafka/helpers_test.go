@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,15 +18,44 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/catalog"
+	"github.com/cohort-coord/cohort/coordinator"
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
 // fakeGroups is a test double of the group core: it records native requests
 // and answers through fn (default: an empty success answer of the right type).
+// A request sent (Send) is answered from a goroutine of its own, after delay
+// (when set) and once hold (when set) is closed; fn's context then carries
+// the listener's bound for the request, as CallWithin's did, and a request
+// fn fails is not answered (the listener answers it at its bound), as the
+// groups do not answer a request they could not take.
 type fakeGroups struct {
-	mu   sync.Mutex
-	reqs []proto.Message
-	fn   func(ctx context.Context, req proto.Message) (proto.Message, error)
+	mu    sync.Mutex
+	reqs  []proto.Message
+	fn    func(ctx context.Context, req proto.Message) (proto.Message, error)
+	hold  chan struct{}
+	delay func() time.Duration
+	sent  atomic.Int64
+}
+
+func (f *fakeGroups) Send(req proto.Message, to coordinator.Answerer) {
+	f.sent.Add(1)
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if p, ok := to.(*pending); ok && !p.deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, p.deadline)
+	}
+	go func() {
+		defer cancel()
+		if f.hold != nil {
+			<-f.hold
+		}
+		if f.delay != nil {
+			time.Sleep(f.delay())
+		}
+		if m, err := f.CallWithin(ctx, req, 0); err == nil {
+			to.Answer(m)
+		}
+	}()
 }
 
 func (f *fakeGroups) CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error) {

@@ -25,21 +25,25 @@ import (
 	"github.com/cohort-coord/cohort/security"
 )
 
-// Groups executes one native group request (grouppb.*Request) and returns the
-// matching native response. The call is bounded by ctx and by timeout; a
-// zero timeout leaves the bound to ctx's deadline, or to Groups' own default
-// without one (requests that never park, such as heartbeats, skip the cost of
-// a timer per request).
+// Groups executes native group requests (grouppb.*Request).
+//
+// CallWithin executes one and returns the matching native response. The call
+// is bounded by ctx and by timeout; a zero timeout leaves the bound to ctx's
+// deadline, or to Groups' own default without one (requests that never park,
+// such as heartbeats, skip the cost of a timer per request). It answers a
+// HeartbeatRequest without waiting (no parking, no writes, no locks held by
+// others for long): the listener calls it for heartbeats on the connection's
+// reader goroutine.
+//
+// Send takes a request without its caller waiting: the answer goes to
+// to.Answer, at most once, from the Groups' own goroutines. The listener sends
+// the requests that wait on a Raft write or a rebalance (OffsetCommit,
+// JoinGroup, SyncGroup) from the connection's reader and writes each answer
+// when it comes, with no goroutine waiting for it; it answers by itself at the
+// call's bound.
 type Groups interface {
 	CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error)
-}
-
-// InlineHeartbeats is implemented by a Groups whose CallWithin answers a
-// HeartbeatRequest without waiting (no parking, no writes, no locks held by
-// others for long). The listener then answers heartbeats on the connection's
-// reader goroutine instead of handing each to a worker.
-type InlineHeartbeats interface {
-	AnswersHeartbeatsInline() bool
+	Send(req proto.Message, to coordinator.Answerer)
 }
 
 // GroupIDs is implemented by a Groups that can hand out the id string of a
@@ -47,15 +51,6 @@ type InlineHeartbeats interface {
 // allocating a copy of it.
 type GroupIDs interface {
 	GroupID(b []byte) (string, bool)
-}
-
-// AsyncGroups is implemented by a Groups that takes a request without its
-// caller waiting: the answer goes to to.Answer, at most once, from the
-// Groups' own goroutines. The listener then sends OffsetCommits from the
-// connection's reader and writes each answer when it comes, with no worker
-// goroutine waiting for it; it answers by itself at the call deadline.
-type AsyncGroups interface {
-	Send(req proto.Message, to coordinator.Answerer)
 }
 
 // Coordinating is implemented by a Groups that may not coordinate groups at
@@ -223,10 +218,7 @@ type Listener struct {
 	// authz checks requests; nil: authorization off.
 	authz *security.Authorizer
 
-	// inlineHeartbeats: groups answers heartbeats without waiting.
-	inlineHeartbeats bool
-	groupIDs         GroupIDs    // nil: heartbeat group ids are copied
-	async            AsyncGroups // nil: every call waits on a worker
+	groupIDs GroupIDs // nil: heartbeat group ids are copied
 	// metrics is nil without Config.Metrics.
 	metrics *metrics
 	// audit counts and logs SASL outcomes and ACL denials (audit.go).
@@ -298,11 +290,7 @@ func New(cfg Config, groups Groups, topics *catalog.Catalog, log *slog.Logger) (
 		commitSlots: new(sync.Pool),
 		waitSlots:   new(sync.Pool),
 	}
-	if ih, ok := groups.(InlineHeartbeats); ok {
-		l.inlineHeartbeats = ih.AnswersHeartbeatsInline()
-	}
 	l.groupIDs, _ = groups.(GroupIDs)
-	l.async, _ = groups.(AsyncGroups)
 	if cfg.Security != nil {
 		if cfg.Security.SASL && cfg.Security.Store == nil {
 			ln.Close()

@@ -8,6 +8,7 @@ package raftfsm
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
@@ -20,7 +21,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -63,12 +63,10 @@ type FSM struct {
 	// halt is set once, on the apply goroutine; halted is closed then.
 	halt   atomic.Pointer[error]
 	halted chan struct{}
-	// own holds the group writes this node proposed, by the address of
-	// their entry's bytes, until the entry is applied or fails: the leader
-	// applies the entries it wrote from the messages it encoded them from
-	// instead of decoding its own bytes again (hashicorp/raft hands the
-	// leader's FSM the very Log it was given).
-	own sync.Map // *byte -> *raftpb.GroupWrites
+	// own holds the group writes this node proposed until their entry is
+	// applied or fails: the leader applies the entries it wrote from the
+	// messages it encoded them from instead of decoding its own bytes again.
+	own proposals
 	// applied is the index of the last entry Apply returned from (see
 	// Node.Holds).
 	applied atomic.Uint64
@@ -121,8 +119,8 @@ func (f *FSM) applyEntry(l *raft.Log) *ApplyResult {
 		return &ApplyResult{Err: fmt.Errorf("%w: entry %d not applied: %w", ErrBadCommand, l.Index, *err)}
 	}
 	if len(l.Data) > 0 {
-		if ws, ok := f.own.LoadAndDelete(unsafe.SliceData(l.Data)); ok {
-			return f.applyWrites(ws.(*raftpb.GroupWrites))
+		if ws := f.own.take(l.Data); ws != nil {
+			return f.applyWrites(ws)
 		}
 	}
 	return f.applyEnvelope(l.Index, l.Data, false)
@@ -184,13 +182,67 @@ func (f *FSM) HaltErr() error {
 }
 
 // proposed registers the writes an entry of this node holds (data is the
-// entry's bytes, as given to raft.Apply); forget undoes it once the entry
-// is applied or failed.
-func (f *FSM) proposed(data []byte, ws *raftpb.GroupWrites) {
-	f.own.Store(unsafe.SliceData(data), ws)
+// entry's bytes, as given to raft.Apply) and returns the proposal's sequence
+// number, which forget takes once the entry is applied or failed.
+func (f *FSM) proposed(data []byte, ws *raftpb.GroupWrites) uint64 {
+	return f.own.add(data, ws)
 }
 
-func (f *FSM) forget(data []byte) { f.own.Delete(unsafe.SliceData(data)) }
+func (f *FSM) forget(seq uint64) { f.own.remove(seq) }
+
+// proposals are the group writes this node proposed whose entries are not
+// yet applied or failed, oldest first, each under a sequence number. An
+// entry is applied from a proposal's messages when its bytes are that
+// proposal's: equal bytes decode to equal messages, so the shortcut never
+// depends on how raft hands the entry over (hashicorp/raft gives the
+// leader's FSM the very bytes it was given, and comparing them stops at
+// their address).
+type proposals struct {
+	mu   sync.Mutex
+	next uint64
+	list []proposal // a few: one per entry in flight
+}
+
+type proposal struct {
+	seq  uint64
+	data []byte
+	ws   *raftpb.GroupWrites
+}
+
+func (p *proposals) add(data []byte, ws *raftpb.GroupWrites) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.next++
+	p.list = append(p.list, proposal{seq: p.next, data: data, ws: ws})
+	return p.next
+}
+
+func (p *proposals) remove(seq uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.list = slices.DeleteFunc(p.list, func(q proposal) bool { return q.seq == seq })
+}
+
+// take returns, and forgets, the writes of the proposal whose bytes data
+// are; nil when no proposal's are.
+func (p *proposals) take(data []byte) *raftpb.GroupWrites {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, q := range p.list {
+		if bytes.Equal(q.data, data) {
+			p.list = slices.Delete(p.list, i, i+1)
+			return q.ws
+		}
+	}
+	return nil
+}
+
+// pending is how many proposals wait for their entry.
+func (p *proposals) pending() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.list)
+}
 
 func (f *FSM) applyGroupWrites(payload []byte) *ApplyResult {
 	ws, err := f.dec.decode(payload)

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -551,10 +550,42 @@ func TestOwnEntriesApplyAsDecoded(t *testing.T) {
 	if len(r1.Errs) != 3 || r1.Errs[0] != nil || r1.Errs[1] != nil || !errors.Is(r1.Errs[2], coordinator.ErrStoreFenced) || !errors.Is(r2.Errs[2], coordinator.ErrStoreFenced) {
 		t.Fatalf("results %v and %v", r1.Errs, r2.Errs)
 	}
-	if _, ok := own.own.Load(unsafe.SliceData(data)); ok {
+	if own.own.pending() != 0 {
 		t.Fatal("applied entry still registered")
 	}
 	if rec, offs, _ := own.Load("g"); rec.GetGeneration() != 2 || len(offs) != 1 || offs[0].GetOffset() != 7 {
 		t.Fatalf("loaded %v %v", rec, offs)
+	}
+}
+
+// An entry is applied from the proposal whose bytes it holds, wherever
+// those bytes are, and from no proposal once that was forgotten.
+func TestOwnEntriesByTheirBytes(t *testing.T) {
+	entry := func(offset int64) ([]byte, *raftpb.GroupWrites) {
+		ws := &raftpb.GroupWrites{Writes: []*raftpb.GroupWrite{writeOf("g", nil, offsetRecord("g", "t", int32(offset), offset))}}
+		data, err := encodeCommand(raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data, ws
+	}
+	f := NewFSM(catalog.New(), quiet)
+	data1, ws1 := entry(1)
+	data2, ws2 := entry(2)
+	seq1 := f.proposed(data1, ws1)
+	f.proposed(data2, ws2)
+	f.forget(seq1)
+	f.Apply(&raft.Log{Index: 1, Data: slices.Clone(data1)})
+	f.Apply(&raft.Log{Index: 2, Data: slices.Clone(data2)})
+	// The state keeps the applied offset records themselves.
+	offsets := f.state.groups["g"].offsets
+	if offsets[offsetKey{"t", 1}] == ws1.GetWrites()[0].GetRecords()[0].GetOffset() {
+		t.Error("an entry was applied from a forgotten proposal")
+	}
+	if offsets[offsetKey{"t", 2}] != ws2.GetWrites()[0].GetRecords()[0].GetOffset() {
+		t.Error("an entry holding a proposal's bytes was decoded again")
+	}
+	if n := f.own.pending(); n != 0 {
+		t.Errorf("%d proposals left", n)
 	}
 }

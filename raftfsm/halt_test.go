@@ -12,9 +12,10 @@ import (
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 )
 
-func envelope(t *testing.T, env *raftpb.Envelope) []byte {
+// marshal is proto.Marshal that fails the test.
+func marshal(t *testing.T, m proto.Message) []byte {
 	t.Helper()
-	b, err := proto.Marshal(env)
+	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestApplySkipsIgnorableUnknownEntry(t *testing.T) {
 		{Type: raftpb.CommandType(99), Version: CommandVersion, Payload: []byte{1}, Ignorable: true},
 		{Type: raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, Version: CommandVersion + 1, Ignorable: true},
 	} {
-		if res := applyAt(f, uint64(i+1), envelope(t, env)); !errors.Is(res.Err, ErrBadCommand) || errors.Is(res.Err, ErrHalted) {
+		if res := applyAt(f, uint64(i+1), marshal(t, env)); !errors.Is(res.Err, ErrBadCommand) || errors.Is(res.Err, ErrHalted) {
 			t.Fatalf("entry %d: %v, want ErrBadCommand without halting", i+1, res.Err)
 		}
 	}
@@ -52,7 +53,7 @@ func TestApplyHaltsOnUnknownEntry(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	before := f.Hash()
-	res := applyAt(f, 2, envelope(t, &raftpb.Envelope{Type: raftpb.CommandType(99), Version: CommandVersion}))
+	res := applyAt(f, 2, marshal(t, &raftpb.Envelope{Type: raftpb.CommandType(99), Version: CommandVersion}))
 	if !errors.Is(res.Err, ErrHalted) || !errors.Is(res.Err, ErrBadCommand) {
 		t.Fatalf("unknown entry: %v, want ErrHalted and ErrBadCommand", res.Err)
 	}

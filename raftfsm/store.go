@@ -204,11 +204,11 @@ func (s *Store) propose(batch []pending) {
 			data = c
 		}
 	}
-	s.fsm.proposed(data, ws)
+	seq := s.fsm.proposed(data, ws)
 	f := s.raft.Apply(data, s.timeout)
 	go func() {
 		err := f.Error()
-		s.fsm.forget(data)
+		s.fsm.forget(seq)
 		<-s.slots
 		s.poke() // writes held back for a fuller entry may leave now
 		var res *ApplyResult
