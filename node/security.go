@@ -256,7 +256,7 @@ func (n *Node) onSecurityChange(c proto.Message) *securitypb.SecurityChangeRespo
 	if err := n.proposeSecurity(ctx, c); err != nil {
 		return &securitypb.SecurityChangeResponse{Error: err.Error()}
 	}
-	return &securitypb.SecurityChangeResponse{AppliedIndex: n.raft.Raft.AppliedIndex()}
+	return &securitypb.SecurityChangeResponse{AppliedIndex: n.raft.AppliedIndex()}
 }
 
 type scramUser struct{ name, password string }
