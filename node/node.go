@@ -480,19 +480,26 @@ func (n *Node) askJoin(addr string) error {
 	return err
 }
 
-// coordinatorBroker answers FindCoordinator: the leader's Kafka address. A
-// follower that has not heard from its leader for a heartbeat timeout does
-// not name it: the leader is probably gone, and a client told to retry
-// finds the next one sooner than a client sent to a dead address.
-func (n *Node) coordinatorBroker(listener string) (kafka.Broker, int16) {
-	id := n.raft.LeaderID()
+// replicaFor returns the replica that holds a group's state and whose
+// leader coordinates it: today the node's only one. Choosing a group's
+// shard belongs here.
+func (n *Node) replicaFor(groupID string) *raftfsm.Replica { return n.raft.Replica }
+
+// coordinatorFor answers FindCoordinator for a group key on a listener: the
+// Kafka address, on that listener, of the leader of the group's replica. A
+// follower that has not heard from that leader for a heartbeat timeout
+// does not name it: the leader is probably gone, and a client told to
+// retry finds the next one sooner than a client sent to a dead address.
+func (n *Node) coordinatorFor(key, listener string) (kafka.Broker, int16) {
+	r := n.replicaFor(key)
+	id := r.LeaderID()
 	if id == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
-	if id != n.raft.ID() && time.Since(n.raft.LastLeaderContact()) > n.raft.HeartbeatTimeout() {
+	if id != r.ID() && time.Since(r.LastLeaderContact()) > r.HeartbeatTimeout() {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
-	reg, ok := n.raft.FSM.Node(id)
+	reg, ok := n.raft.FSM.Node(id) // the node registry is cluster-wide
 	addr := kafkaAddrOf(reg, listener)
 	if !ok || addr == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
