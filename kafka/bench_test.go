@@ -108,7 +108,7 @@ func raftIndex(n *node.Node, cmd string) bool {
 	if cmd != "raftindex" {
 		return false
 	}
-	fmt.Println("RAFTINDEX", n.Raft().Raft.LastIndex())
+	fmt.Println("RAFTINDEX", n.Raft().LastIndex())
 	return true
 }
 

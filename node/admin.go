@@ -3,11 +3,9 @@ package node
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/admin"
@@ -129,34 +127,32 @@ func (n *Node) join(m *clusterpb.JoinRequest) *clusterpb.JoinResponse {
 }
 
 func (n *Node) status() *clusterpb.StatusResponse {
-	r := n.raft.Raft
-	stats := r.Stats()
-	num := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
+	st := n.raft.Status()
 	resp := &clusterpb.StatusResponse{
 		NodeId:       n.raft.ID(),
-		State:        r.State().String(),
+		State:        st.State,
 		LeaderId:     n.raft.LeaderID(),
-		Term:         num("term"),
-		AppliedIndex: r.AppliedIndex(),
-		CommitIndex:  num("commit_index"),
+		Term:         st.Term,
+		AppliedIndex: st.AppliedIndex,
+		CommitIndex:  st.CommitIndex,
 		FsmHash:      n.raft.FSM.Hash(),
 	}
 	resp.LogFormat, resp.AppliesLogFormat = n.raft.FSM.LogFormat(), n.raft.AgreedLogFormat()
 	ready := n.Readiness()
 	resp.Ready, resp.NotReady = ready.Ready(), ready.Failing()
-	f := r.GetConfiguration()
-	if err := f.Error(); err != nil {
+	servers, err := n.raft.Servers()
+	if err != nil {
 		resp.Error = err.Error()
 		return resp
 	}
-	for _, s := range f.Configuration().Servers {
-		m := &clusterpb.Member{NodeId: string(s.ID), RaftAddr: string(s.Address), Leader: string(s.ID) == resp.LeaderId}
-		if s.Suffrage == raft.Voter {
+	for _, s := range servers {
+		m := &clusterpb.Member{NodeId: s.ID, RaftAddr: s.Addr, Leader: s.ID == resp.LeaderId}
+		if s.Voter {
 			m.Suffrage = "voter"
 		} else {
 			m.Suffrage = "nonvoter"
 		}
-		if reg, ok := n.raft.FSM.Node(string(s.ID)); ok {
+		if reg, ok := n.raft.FSM.Node(s.ID); ok {
 			m.RemoteAddr, m.KafkaAddr = reg.GetRemoteAddr(), reg.GetKafkaAddr()
 		}
 		resp.Members = append(resp.Members, m)

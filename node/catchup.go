@@ -21,13 +21,13 @@ import (
 // Once caught up a node stays so: Raft applies entries in order, so its
 // state never goes back, and later entries reach it as on any follower.
 type catchUp struct {
-	raft   *raftfsm.Node
+	raft   *raftfsm.Replica
 	target uint64 // last log index at start
 	done   atomic.Bool
 }
 
-func newCatchUp(r *raftfsm.Node) *catchUp {
-	return &catchUp{raft: r, target: r.Raft.LastIndex()}
+func newCatchUp(r *raftfsm.Replica) *catchUp {
+	return &catchUp{raft: r, target: r.LastIndex()}
 }
 
 // check re-evaluates the condition: a leader is known and the node's state
@@ -37,7 +37,7 @@ func (c *catchUp) check() bool {
 	if c.done.Load() {
 		return true
 	}
-	if _, id := c.raft.Raft.LeaderWithID(); id == "" || !c.raft.Holds(c.target) {
+	if c.raft.LeaderID() == "" || !c.raft.Holds(c.target) {
 		return false
 	}
 	c.done.Store(true)

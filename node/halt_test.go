@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"net"
 	"testing"
@@ -20,8 +21,10 @@ func TestNodeStopsOnUnknownEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Raft().Raft.Apply(data, 5*time.Second).Error(); err != nil {
-		t.Fatal(err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.Raft().Propose(ctx, data); !errors.Is(err, raftfsm.ErrHalted) {
+		t.Fatalf("proposing an entry this version cannot apply: %v, want %v", err, raftfsm.ErrHalted)
 	}
 	select {
 	case <-n.stop:

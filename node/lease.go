@@ -5,8 +5,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/cohort-coord/cohort/internal/seededbug"
 )
 
@@ -132,13 +130,12 @@ func (n *Node) renewLease() {
 			continue
 		case <-t.C:
 		}
-		if pending != nil || n.raft.Raft.State() != raft.Leader {
+		if pending != nil || !n.raft.IsLeader() {
 			continue
 		}
 		start, epoch = n.lease.begin()
-		f := n.raft.Raft.VerifyLeader()
 		pending = make(chan error, 1)
-		go func(ch chan error) { ch <- f.Error() }(pending)
+		go func(ch chan error) { ch <- n.raft.VerifyLeader() }(pending)
 	}
 }
 

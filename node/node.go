@@ -278,7 +278,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	log.Info("listening", "listener", "raft", "addr", n.raft.Addr(), "node", rc.NodeID, "bootstrap", rc.Bootstrap)
-	n.caughtUp = newCatchUp(n.raft)
+	n.caughtUp = newCatchUp(n.raft.Replica)
 	cat := n.raft.Catalog
 	cfg.Group.Partitions = func(topic string) (int32, bool) {
 		t, ok := cat.Get(topic)
@@ -353,7 +353,7 @@ func (n *Node) watchLeadership() {
 		select {
 		case <-n.stop:
 			return
-		case leader := <-n.raft.LeaderCh:
+		case leader := <-n.raft.Leadership():
 			if leader {
 				n.onLeader()
 				continue
@@ -376,11 +376,11 @@ func (n *Node) onLeader() {
 	// The last time this node heard from the previous leader: the
 	// coordinator it takes over from was alive then (zero when this node
 	// has heard from no leader since it started).
-	previousAlive := n.raft.Raft.LastContact()
+	previousAlive := n.raft.LastLeaderContact()
 	// The barrier's commit is a quorum's confirmation too: the lease holds
 	// from the moment it was sent.
 	at, epoch := n.lease.begin()
-	if err := n.raft.Raft.Barrier(activateTimeout).Error(); err != nil {
+	if err := n.raft.Barrier(activateTimeout); err != nil {
 		n.log.Warn("leader barrier failed", "err", err)
 		return
 	}
@@ -480,19 +480,26 @@ func (n *Node) askJoin(addr string) error {
 	return err
 }
 
-// coordinatorBroker answers FindCoordinator: the leader's Kafka address. A
-// follower that has not heard from its leader for a heartbeat timeout does
-// not name it: the leader is probably gone, and a client told to retry
-// finds the next one sooner than a client sent to a dead address.
-func (n *Node) coordinatorBroker(listener string) (kafka.Broker, int16) {
-	id := n.raft.LeaderID()
+// replicaFor returns the replica that holds a group's state and whose
+// leader coordinates it: today the node's only one. Choosing a group's
+// shard belongs here.
+func (n *Node) replicaFor(groupID string) *raftfsm.Replica { return n.raft.Replica }
+
+// coordinatorFor answers FindCoordinator for a group key on a listener: the
+// Kafka address, on that listener, of the leader of the group's replica. A
+// follower that has not heard from that leader for a heartbeat timeout
+// does not name it: the leader is probably gone, and a client told to
+// retry finds the next one sooner than a client sent to a dead address.
+func (n *Node) coordinatorFor(key, listener string) (kafka.Broker, int16) {
+	r := n.replicaFor(key)
+	id := r.LeaderID()
 	if id == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
-	if id != n.raft.ID() && time.Since(n.raft.Raft.LastContact()) > n.raft.HeartbeatTimeout() {
+	if id != r.ID() && time.Since(r.LastLeaderContact()) > r.HeartbeatTimeout() {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
 	}
-	reg, ok := n.raft.FSM.Node(id)
+	reg, ok := n.raft.FSM.Node(id) // the node registry is cluster-wide
 	addr := kafkaAddrOf(reg, listener)
 	if !ok || addr == "" {
 		return kafka.Broker{}, int16(coordinator.ErrCoordinatorNotAvailable)
@@ -596,7 +603,7 @@ func (n *Node) RemoteAddr() string { return n.remoteAddr }
 // another voter, so members see a failover without a session timeout.
 func (n *Node) Shutdown() error {
 	if n.raft != nil && n.raft.IsLeader() && len(n.raft.Voters()) > 1 {
-		if err := n.withoutLease(func() error { return n.raft.Raft.LeadershipTransfer().Error() }); err != nil {
+		if err := n.withoutLease(func() error { return n.raft.TransferLeadership("") }); err != nil {
 			n.log.Warn("leadership transfer before shutdown failed", "err", err)
 		} else {
 			n.log.Info("leadership transferred before shutdown", "leader", n.raft.LeaderID())
@@ -617,7 +624,7 @@ func (n *Node) Close() error {
 			<-n.kafkaDone
 		}
 		if n.raft != nil {
-			// Unblocks a leadership change in progress (barrier, LeaderCh);
+			// Unblocks a leadership change in progress (barrier, Leadership);
 			// writes still queued fail with "not the leader".
 			err = n.raft.Close()
 		}

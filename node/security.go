@@ -149,7 +149,7 @@ func (n *Node) startKafka(base kafka.Config) error {
 		if !ln.Protocol.TLS() {
 			kcfg.TLS = nil
 		}
-		kcfg.Coordinator = func(string) (kafka.Broker, int16) { return n.coordinatorBroker(name) }
+		kcfg.Coordinator = func(key string) (kafka.Broker, int16) { return n.coordinatorFor(key, name) }
 		kcfg.Brokers = func() ([]kafka.Broker, int32) { return n.brokers(name) }
 		kcfg.Security = &kafka.Security{
 			SASL: ln.Protocol.SASL(), Mechanisms: n.cfg.Security.SASLMechanisms,
@@ -256,7 +256,7 @@ func (n *Node) onSecurityChange(c proto.Message) *securitypb.SecurityChangeRespo
 	if err := n.proposeSecurity(ctx, c); err != nil {
 		return &securitypb.SecurityChangeResponse{Error: err.Error()}
 	}
-	return &securitypb.SecurityChangeResponse{AppliedIndex: n.raft.Raft.AppliedIndex()}
+	return &securitypb.SecurityChangeResponse{AppliedIndex: n.raft.AppliedIndex()}
 }
 
 type scramUser struct{ name, password string }

@@ -11,7 +11,7 @@ import (
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 )
 
-// Holds reports whether this node's state (FSM, catalog, security store)
+// Holds reports whether this replica's state (FSM, catalog, security store)
 // includes every committed entry up to index.
 //
 // hashicorp/raft's AppliedIndex is not that: it moves when entries are
@@ -23,24 +23,24 @@ import (
 // at or below index; entries at or below the last snapshot are in the state
 // already (a snapshot is taken from applied state, and an installed one is
 // restored before raft counts it applied).
-func (n *Node) Holds(index uint64) bool {
-	if n.Raft.AppliedIndex() < index {
+func (r *Replica) Holds(index uint64) bool {
+	if r.raft.AppliedIndex() < index {
 		return false
 	}
-	restores := n.FSM.restores.Load()
-	n.held.Lock()
-	c, ok := n.held.command, n.held.index == index && n.held.restores == restores
-	n.held.Unlock()
+	restores := r.FSM.restores.Load()
+	r.held.Lock()
+	c, ok := r.held.command, r.held.index == index && r.held.restores == restores
+	r.held.Unlock()
 	if !ok {
 		var err error
-		if c, err = n.lastCommand(index); err != nil {
+		if c, err = r.lastCommand(index); err != nil {
 			return false
 		}
-		n.held.Lock()
-		n.held.index, n.held.restores, n.held.command = index, restores, c
-		n.held.Unlock()
+		r.held.Lock()
+		r.held.index, r.held.restores, r.held.command = index, restores, c
+		r.held.Unlock()
 	}
-	return n.FSM.applied.Load() >= c
+	return r.FSM.applied.Load() >= c
 }
 
 // heldCache remembers the last command entry Holds found for an index: the
@@ -53,14 +53,14 @@ type heldCache struct {
 
 // lastCommand returns the index of the last command entry at or below index
 // and above the last snapshot, or 0 when there is none.
-func (n *Node) lastCommand(index uint64) (uint64, error) {
-	snap, err := n.lastSnapshotIndex()
+func (r *Replica) lastCommand(index uint64) (uint64, error) {
+	snap, err := r.lastSnapshotIndex()
 	if err != nil {
 		return 0, err
 	}
 	var l raft.Log
 	for i := index; i > snap; i-- {
-		if err := n.logs.GetLog(i, &l); err != nil {
+		if err := r.logStore.GetLog(i, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
 				return 0, nil // compacted into a snapshot taken meanwhile
 			}
@@ -75,8 +75,8 @@ func (n *Node) lastCommand(index uint64) (uint64, error) {
 
 // lastSnapshotIndex is the index of the snapshot raft last took or
 // restored (hashicorp/raft tells it only in Stats).
-func (n *Node) lastSnapshotIndex() (uint64, error) {
-	return strconv.ParseUint(n.Raft.Stats()["last_snapshot_index"], 10, 64)
+func (r *Replica) lastSnapshotIndex() (uint64, error) {
+	return strconv.ParseUint(r.raft.Stats()["last_snapshot_index"], 10, 64)
 }
 
 // LoggedNodes returns the node registry as this node's own log has it when

@@ -23,16 +23,16 @@ func TestHoldsWaitsForTheFSM(t *testing.T) {
 	defer open() // before Close, which waits for the FSM
 	hold := func() { <-release }
 	n.FSM.beforeApply.Store(&hold)
-	before := n.Raft.LastIndex()
+	before := n.raft.LastIndex()
 	done := make(chan error, 1)
 	go func() {
 		done <- n.Catalog.Propose(context.Background(), catalog.CreateTopic{Name: "held", ID: catalog.NewTopicID(), Partitions: 3})
 	}()
 	waitFor(t, "raft to hand the entry to the FSM", func() bool {
-		last := n.Raft.LastIndex()
-		return last > before && n.Raft.AppliedIndex() >= last
+		last := n.raft.LastIndex()
+		return last > before && n.raft.AppliedIndex() >= last
 	})
-	last := n.Raft.LastIndex()
+	last := n.raft.LastIndex()
 	if n.Holds(last) {
 		t.Fatal("Holds reports an entry the FSM has not applied yet")
 	}
@@ -53,13 +53,13 @@ func TestHoldsWaitsForTheFSM(t *testing.T) {
 	// Entries at or below a snapshot are held; entries past the last
 	// command (the noop a new leader writes, configuration changes) need no
 	// Apply.
-	if err := n.Raft.Snapshot().Error(); err != nil {
+	if err := n.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
-	if !n.Holds(n.Raft.AppliedIndex()) {
+	if !n.Holds(n.raft.AppliedIndex()) {
 		t.Fatal("Holds says no for entries in a snapshot")
 	}
-	if n.Holds(n.Raft.LastIndex() + 1) {
+	if n.Holds(n.raft.LastIndex() + 1) {
 		t.Fatal("Holds says yes for an entry not in the log")
 	}
 }
@@ -80,7 +80,7 @@ func TestLoggedNodesAfterReopen(t *testing.T) {
 	reg("node-a")
 	reg("node-b")
 	reg("node-c")
-	if err := n.Raft.Snapshot().Error(); err != nil {
+	if err := n.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Unregister(ctx, "node-b"); err != nil {

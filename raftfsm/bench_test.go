@@ -41,10 +41,10 @@ func benchStoreAppend(b *testing.B, offsets, inflight int) {
 			commits[g] = append(commits[g], offsetRecord(id, "orders", int32(p), int64(g*1000+p)))
 		}
 	}
-	if err := n.Raft.Barrier(waitLimit).Error(); err != nil {
+	if err := n.raft.Barrier(waitLimit).Error(); err != nil {
 		b.Fatal(err)
 	}
-	first := n.Raft.LastIndex()
+	first := n.raft.LastIndex()
 	sem := make(chan struct{}, inflight)
 	var wg sync.WaitGroup
 	var failed atomic.Int64
@@ -69,7 +69,7 @@ func benchStoreAppend(b *testing.B, offsets, inflight int) {
 	if f := failed.Load(); f > 0 {
 		b.Fatalf("%d of %d appends failed", f, b.N)
 	}
-	entries := n.Raft.LastIndex() - first
+	entries := n.raft.LastIndex() - first
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "writes/s")
 	b.ReportMetric(float64(entries)/elapsed.Seconds(), "entries/s")
 	b.ReportMetric(float64(b.N*offsets)/elapsed.Seconds(), "offsets/s")

@@ -29,21 +29,6 @@ var (
 // membershipTimeout bounds one configuration change.
 const membershipTimeout = 20 * time.Second
 
-// Voters returns the ids of the voters in the latest configuration.
-func (n *Node) Voters() []string {
-	f := n.Raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	var ids []string
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			ids = append(ids, string(s.ID))
-		}
-	}
-	return ids
-}
-
 // Join adds a node as a voter (or updates its Raft address) and records its
 // addresses and log format in the registry. Joining again with the same id
 // and address is a no-op. A node that applies only a lower log format than
@@ -68,20 +53,18 @@ func (n *Node) join(ctx context.Context, reg *raftpb.NodeRegister) error {
 	defer n.formatMu.Unlock()
 	// After a barrier every entry this leader's log holds is applied: an
 	// earlier leader's LOG_FORMAT entry that may still commit shows.
-	if err := n.Raft.Barrier(membershipTimeout).Error(); err != nil {
+	if err := n.Barrier(membershipTimeout); err != nil {
 		return raftError(err)
 	}
 	if have, want := registeredFormat(reg), n.FSM.LogFormat(); have < want {
 		return fmt.Errorf("%w: %w: node %s applies log formats up to %d and the cluster writes format %d: run a newer cohortd on it",
 			ErrInvalidRequest, ErrIncompatibleNode, reg.GetNodeId(), have, want)
 	}
-	f := n.Raft.GetConfiguration()
-	if err := f.Error(); err != nil {
+	servers, err := n.Servers()
+	if err != nil {
 		return err
 	}
-	present := slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
-		return s.ID == raft.ServerID(reg.GetNodeId()) && s.Address == raft.ServerAddress(reg.GetRaftAddr()) && s.Suffrage == raft.Voter
-	})
+	present := slices.Contains(servers, Server{ID: reg.GetNodeId(), Addr: reg.GetRaftAddr(), Voter: true})
 	if !present {
 		if err := n.AddVoter(reg.GetNodeId(), reg.GetRaftAddr()); err != nil {
 			return err
@@ -99,7 +82,7 @@ func (n *Node) AddVoter(id, addr string) error {
 	if id == "" || addr == "" {
 		return fmt.Errorf("%w: node id and raft addr are required", ErrInvalidRequest)
 	}
-	return raftError(n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, membershipTimeout).Error())
+	return raftError(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, membershipTimeout).Error())
 }
 
 // RemoveVoter removes a voter and forgets its registry entry. Removing the
@@ -114,7 +97,7 @@ func (n *Node) RemoveVoter(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: node id is required", ErrInvalidRequest)
 	}
 	if id == n.ID() {
-		if err := n.Raft.LeadershipTransfer().Error(); err != nil {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
 			return fmt.Errorf("transfer leadership before removing the leader: %w", raftError(err))
 		}
 		return fmt.Errorf("%w: send the removal again to the new leader", ErrLeadershipMoved)
@@ -122,31 +105,10 @@ func (n *Node) RemoveVoter(ctx context.Context, id string) error {
 	if !slices.Contains(n.Voters(), id) {
 		return fmt.Errorf("%w: node %q is not a voter of the cluster", ErrUnknownNode, id)
 	}
-	if err := n.Raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, membershipTimeout).Error(); err != nil {
 		return raftError(err)
 	}
 	return n.Unregister(ctx, id)
-}
-
-// TransferLeadership hands leadership to the node id, or to the most
-// up-to-date voter when id is empty. Leader only.
-func (n *Node) TransferLeadership(id string) error {
-	if !n.IsLeader() {
-		return ErrNotLeader
-	}
-	if id == "" {
-		return raftError(n.Raft.LeadershipTransfer().Error())
-	}
-	f := n.Raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return err
-	}
-	for _, s := range f.Configuration().Servers {
-		if s.ID == raft.ServerID(id) {
-			return raftError(n.Raft.LeadershipTransferToServer(s.ID, s.Address).Error())
-		}
-	}
-	return fmt.Errorf("%w: node %q is not in the cluster", ErrUnknownNode, id)
 }
 
 // raftError marks raft's "not the leader" answers with ErrNotLeader.

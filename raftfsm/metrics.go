@@ -1,7 +1,6 @@
 package raftfsm
 
 import (
-	"strconv"
 	"sync"
 	"time"
 
@@ -49,21 +48,18 @@ func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
-	r := c.n.Raft
-	stats := r.Stats()
-	num := func(k string) float64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return float64(v) }
-	state := r.State()
+	st := c.n.Status()
 	for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
 		v := 0.0
-		if s == state {
+		if s.String() == st.State {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(raftStateDesc, prometheus.GaugeValue, v, s.String())
 	}
-	ch <- prometheus.MustNewConstMetric(raftTermDesc, prometheus.GaugeValue, num("term"))
-	ch <- prometheus.MustNewConstMetric(commitDesc, prometheus.GaugeValue, num("commit_index"))
-	ch <- prometheus.MustNewConstMetric(appliedDesc, prometheus.GaugeValue, float64(r.AppliedIndex()))
-	ch <- prometheus.MustNewConstMetric(snapIndexDesc, prometheus.GaugeValue, num("last_snapshot_index"))
+	ch <- prometheus.MustNewConstMetric(raftTermDesc, prometheus.GaugeValue, float64(st.Term))
+	ch <- prometheus.MustNewConstMetric(commitDesc, prometheus.GaugeValue, float64(st.CommitIndex))
+	ch <- prometheus.MustNewConstMetric(appliedDesc, prometheus.GaugeValue, float64(st.AppliedIndex))
+	ch <- prometheus.MustNewConstMetric(snapIndexDesc, prometheus.GaugeValue, float64(st.LastSnapshotIndex))
 	known := 0.0
 	if c.n.LeaderID() != "" {
 		known = 1

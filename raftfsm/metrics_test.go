@@ -37,7 +37,7 @@ func TestRaftMetrics(t *testing.T) {
 	if err := n.Register(ctx, &raftpb.NodeRegister{NodeId: "node1", RaftAddr: n.Addr()}); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Raft.Snapshot().Error(); err != nil {
+	if err := n.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	b := func() *bridge {

@@ -105,22 +105,18 @@ func DefaultConfig() Config {
 	}
 }
 
-// Node is a running Raft member with its FSM and group store.
+// Node is a running Raft member: the node's one Replica, which also
+// applies the cluster-wide state (topic catalog, node registry, security,
+// log format), and the Raft listener it is reached on.
 type Node struct {
-	Raft      *raft.Raft
-	FSM       *FSM
-	Store     *Store
+	*Replica
 	Catalog   *catalog.Catalog
 	cfg       Config
 	addr      raft.ServerAddress
 	transport *raft.NetworkTransport
 	logs      *raftboltdb.BoltStore
-	// LeaderCh receives true when this node becomes leader and false when
-	// it stops being leader.
-	LeaderCh <-chan bool
 	// unregister undoes RegisterMetrics on Close.
 	unregister []func()
-	held       heldCache // Holds
 	logged     []*raftpb.NodeRegister
 	// formatMu orders a join's log format check and voter change against
 	// raising the format (RaiseLogFormat), on the leader.
@@ -253,7 +249,8 @@ func Open(cfg Config) (*Node, error) {
 	if stream != nil {
 		stream.raft.Store(r)
 	}
-	n := &Node{Raft: r, FSM: fsm, Catalog: cat, cfg: cfg, addr: transport.LocalAddr(), transport: transport, logs: logs, LeaderCh: leaderCh}
+	rep := &Replica{raft: r, FSM: fsm, id: cfg.NodeID, logStore: logs, leaderCh: leaderCh, timeout: cfg.ApplyTimeout}
+	n := &Node{Replica: rep, Catalog: cat, cfg: cfg, addr: transport.LocalAddr(), transport: transport, logs: logs}
 	if err := n.readLoggedNodes(); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("read the node registry from the log: %w", err)
@@ -301,21 +298,6 @@ func stickyAddr(dir, addr string) (string, error) {
 // Addr returns the Raft address of this node.
 func (n *Node) Addr() string { return string(n.addr) }
 
-// HeartbeatTimeout returns the Raft heartbeat timeout in force.
-func (n *Node) HeartbeatTimeout() time.Duration { return n.Raft.ReloadableConfig().HeartbeatTimeout }
-
-// ID returns the node id.
-func (n *Node) ID() string { return n.cfg.NodeID }
-
-// IsLeader reports whether this node is the leader now.
-func (n *Node) IsLeader() bool { return n.Raft.State() == raft.Leader }
-
-// LeaderID returns the current leader's node id, "" when unknown.
-func (n *Node) LeaderID() string {
-	_, id := n.Raft.LeaderWithID()
-	return string(id)
-}
-
 // apply proposes one command on this node (which must lead) and waits until
 // it is applied, or ctx ends.
 func (n *Node) apply(ctx context.Context, t raftpb.CommandType, payload proto.Message) error {
@@ -323,18 +305,7 @@ func (n *Node) apply(ctx context.Context, t raftpb.CommandType, payload proto.Me
 	if err != nil {
 		return err
 	}
-	timeout := n.cfg.ApplyTimeout
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	f := n.Raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
-		return storeError(err)
-	}
-	if res, ok := f.Response().(*ApplyResult); ok && res.Err != nil {
-		return res.Err
-	}
-	return nil
+	return n.Propose(ctx, data)
 }
 
 // ProposeTopic applies a catalog command through the log. Leader only.
@@ -415,7 +386,7 @@ func (n *Node) Close() error {
 	if n.Store != nil {
 		n.Store.Close()
 	}
-	err := n.Raft.Shutdown().Error()
+	err := n.raft.Shutdown().Error()
 	n.transport.Close()
 	n.logs.Close()
 	return err

@@ -41,7 +41,7 @@ func openLeader(t testing.TB, cfg Config) *Node {
 		t.Fatal(err)
 	}
 	waitFor(t, "the node to lead", n.IsLeader)
-	if err := n.Raft.Barrier(waitLimit).Error(); err != nil {
+	if err := n.raft.Barrier(waitLimit).Error(); err != nil {
 		n.Close()
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestOpenRestartKeepsState(t *testing.T) {
 	}
 
 	// Snapshot, write more, restart: snapshot plus the log after it.
-	if err := n.Raft.Snapshot().Error(); err != nil {
+	if err := n.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	write(n, 3)

@@ -192,7 +192,7 @@ func TestRaftRefusesUntrustedNodes(t *testing.T) {
 			waitFor(t, tn.ID()+" to apply "+w, func() bool { _, ok := tn.FSM.Node(w); return ok })
 		}
 		time.Sleep(300 * time.Millisecond) // heartbeats and retries to the outsider
-		if last := n.Raft.LastIndex(); last != 0 {
+		if last := n.raft.LastIndex(); last != 0 {
 			t.Errorf("%s holds log entries up to %d", n.ID(), last)
 		}
 		if _, ok := n.FSM.Node(w); ok {

@@ -70,7 +70,7 @@ func (t *nativeTransport) Close() {}
 func (t *nativeTransport) Send(req any, done func(any, error)) {
 	switch r := req.(type) {
 	case *machine.FindCoordinator:
-		go func() { done(t.find()) }()
+		go func() { done(t.find(r.Group)) }()
 	case *machine.MetadataRequest:
 		// The native API has no topic metadata: topics are sized by the
 		// member's configuration (Partitions).
@@ -109,8 +109,9 @@ func (t *nativeTransport) forget(pid *actor.PID) {
 	t.mu.Unlock()
 }
 
-// find asks each node once for its status and takes the leader's address.
-func (t *nativeTransport) find() (any, error) {
+// find asks each node once for its status and takes the address of the
+// node that coordinates group.
+func (t *nativeTransport) find(group string) (any, error) {
 	var errs []error
 	for range t.addrs {
 		t.mu.Lock()
@@ -127,15 +128,7 @@ func (t *nativeTransport) find() (any, error) {
 			errs = append(errs, fmt.Errorf("%s: unexpected answer %T", addr, res))
 			continue
 		}
-		leader := ""
-		if st.GetState() == "Leader" {
-			leader = addr
-		}
-		for _, m := range st.GetMembers() {
-			if leader == "" && m.GetLeader() && m.GetRemoteAddr() != "" {
-				leader = m.GetRemoteAddr()
-			}
-		}
+		leader := coordinatorIn(st, addr, group)
 		if leader == "" {
 			errs = append(errs, fmt.Errorf("%s: no leader known", addr))
 			continue
@@ -146,6 +139,23 @@ func (t *nativeTransport) find() (any, error) {
 		return &machine.CoordinatorFound{Exclusive: t.exclusiveOwnership(leader)}, nil
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNoCoordinator, errors.Join(errs...))
+}
+
+// coordinatorIn returns the native API address of the node that
+// coordinates group according to the status a node at addr answered, ""
+// when it knows none. A node's status names one Raft leader, which
+// coordinates every group; once groups are spread over shards, the answer
+// depends on group.
+func coordinatorIn(st *clusterpb.StatusResponse, addr, group string) string {
+	if st.GetState() == "Leader" {
+		return addr
+	}
+	for _, m := range st.GetMembers() {
+		if m.GetLeader() && m.GetRemoteAddr() != "" {
+			return m.GetRemoteAddr()
+		}
+	}
+	return ""
 }
 
 func isJoin(req any) bool {
