@@ -189,3 +189,17 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("--version: code %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }
+
+// TestBootstrapEnvNotABrokerList: COHORT_BOOTSTRAP is cohortd's --bootstrap
+// switch; a broker list left there for cohortctl is refused (exit 2) with the
+// name cohortctl reads its brokers from, and a boolean still applies.
+func TestBootstrapEnvNotABrokerList(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(nil, env(map[string]string{"COHORT_BOOTSTRAP": "127.0.0.1:9092"}), &out); code != 2 || !strings.Contains(out.String(), "COHORT_BOOTSTRAP_SERVERS") {
+		t.Errorf("COHORT_BOOTSTRAP=127.0.0.1:9092: exit %d, %q", code, out.String())
+	}
+	cfg, _, err := parseConfig(nil, env(map[string]string{"COHORT_BOOTSTRAP": "true"}), &bytes.Buffer{})
+	if err != nil || !cfg.Bootstrap {
+		t.Fatalf("COHORT_BOOTSTRAP=true: %v, bootstrap %v", err, cfg.Bootstrap)
+	}
+}
