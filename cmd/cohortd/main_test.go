@@ -163,7 +163,7 @@ func TestRaftLogFormatFlag(t *testing.T) {
 	if cfg, _, err = parseConfig(nil, env(nil), &bytes.Buffer{}); err != nil || cfg.Raft.LogFormat != 0 {
 		t.Fatalf("default: %v, format %d", err, cfg.Raft.LogFormat)
 	}
-	for _, bad := range []string{"3", "-1", "two"} {
+	for _, bad := range []string{"4", "-1", "two"} {
 		var out bytes.Buffer
 		if code := run([]string{"--raft-log-format", bad}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "raft-log-format") {
 			t.Errorf("--raft-log-format %q: exit %d, output %q", bad, code, out.String())
