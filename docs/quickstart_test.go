@@ -73,14 +73,14 @@ func build(t *testing.T) {
 
 // defaults are the addresses the binaries use when a command names none,
 // with the variable that overrides each.
-// (COHORT_BOOTSTRAP is cohortctl's Kafka seed, and cohortd's --bootstrap
-// switch: only cohortctl gets it.)
+// (COHORT_BOOTSTRAP_SERVERS is cohortctl's Kafka seed list; only cohortctl
+// gets it. COHORT_BOOTSTRAP would be cohortd's --bootstrap switch.)
 var defaults = []struct{ env, addr, only string }{
 	{"COHORT_KAFKA_ADDR", "127.0.0.1:9092", ""},
 	{"COHORT_REMOTE_ADDR", "127.0.0.1:8090", ""},
 	{"COHORT_HTTP_ADDR", "127.0.0.1:9644", ""},
 	{"COHORT_RAFT_ADDR", "127.0.0.1:7946", ""},
-	{"COHORT_BOOTSTRAP", "127.0.0.1:9092", "cohortctl"},
+	{"COHORT_BOOTSTRAP_SERVERS", "127.0.0.1:9092", "cohortctl"},
 }
 
 // partitions is what cohort-members' members share by default (topic demo).

@@ -18,7 +18,9 @@
 //	cohortctl users list|describe|set|delete ...
 //	cohortctl acls list|create|delete ...
 //
-// --bootstrap defaults to $COHORT_BOOTSTRAP, else 127.0.0.1:9092. A group
+// --bootstrap defaults to $COHORT_BOOTSTRAP_SERVERS (Kafka's
+// bootstrap.servers), else $COHORT_BOOTSTRAP unless it holds a boolean (that
+// is cohortd's --bootstrap switch, not a broker list), else 127.0.0.1:9092. A group
 // that does not exist is an error (exit status 1); usage mistakes exit 2.
 // No command creates a topic by naming it: topics are looked up in the
 // full topic list, never through a Metadata request that names them (which a
@@ -64,8 +66,11 @@ const usage = `usage: cohortctl [--bootstrap host:port] [--json] [--timeout d] [
 (group, topic, partition, current_offset, log_end_offset, lag, consumer_id,
 host, client_id, coordinator, total_lag, ...).
 
+--bootstrap defaults to env COHORT_BOOTSTRAP_SERVERS, else 127.0.0.1:9092
+(COHORT_BOOTSTRAP still works unless it is true/false: cohortd's switch).
+
 GROUPS is one or more group names, --group G (repeatable) or --all-groups.
-A group that does not exist is an error (exit 1).
+A group that does not exist is an error (exit 1); usage mistakes exit 2.
 
 commands:
   groups list                  groups with protocol type and state
@@ -108,11 +113,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := flag.NewFlagSet("cohortctl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	bootstrap := getenv("COHORT_BOOTSTRAP")
-	if bootstrap == "" {
-		bootstrap = defaultBootstrap
-	}
-	fs.StringVar(&bootstrap, "bootstrap", bootstrap, "comma-separated seed brokers (env COHORT_BOOTSTRAP)")
+	bootstrap := bootstrapFromEnv(getenv)
+	fs.StringVar(&bootstrap, "bootstrap", bootstrap, "comma-separated seed brokers (env COHORT_BOOTSTRAP_SERVERS)")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", 15*time.Second, "deadline of the whole command")
 	tlsOpts := addTLSFlags(fs, getenv)
@@ -167,6 +169,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	return 0
+}
+
+// bootstrapFromEnv is the default of --bootstrap: COHORT_BOOTSTRAP_SERVERS,
+// else COHORT_BOOTSTRAP (the older name) unless its value is a boolean:
+// cohortd reads COHORT_BOOTSTRAP as its --bootstrap switch, so a shell that
+// exports COHORT_BOOTSTRAP=true for a node must not send cohortctl to a broker
+// named "true". Else 127.0.0.1:9092.
+func bootstrapFromEnv(getenv func(string) string) string {
+	if v := getenv("COHORT_BOOTSTRAP_SERVERS"); v != "" {
+		return v
+	}
+	if v := getenv("COHORT_BOOTSTRAP"); v != "" {
+		if _, err := strconv.ParseBool(v); err != nil {
+			return v
+		}
+	}
+	return defaultBootstrap
 }
 
 func (c *cli) dispatch(ctx context.Context, args []string) error {

@@ -26,7 +26,7 @@ func ctl(t *testing.T, addr string, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	env := func(k string) string {
-		if k == "COHORT_BOOTSTRAP" {
+		if k == "COHORT_BOOTSTRAP_SERVERS" {
 			return addr
 		}
 		return ""
@@ -244,5 +244,40 @@ func TestUsage(t *testing.T) {
 	}
 	if _, errOut, code := ctl(t, "127.0.0.1:1", "--timeout", "500ms", "groups", "list"); code != 1 || errOut == "" {
 		t.Fatalf("unreachable broker: exit %d %q", code, errOut)
+	}
+}
+
+// TestBootstrapFromEnv: COHORT_BOOTSTRAP_SERVERS names the seed brokers;
+// the older COHORT_BOOTSTRAP is read only when it is not a boolean, since a
+// shell that runs cohortd may hold COHORT_BOOTSTRAP=true (its --bootstrap
+// switch).
+func TestBootstrapFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "127.0.0.1:9092"},
+		{map[string]string{"COHORT_BOOTSTRAP_SERVERS": "a:1,b:2"}, "a:1,b:2"},
+		{map[string]string{"COHORT_BOOTSTRAP_SERVERS": "a:1", "COHORT_BOOTSTRAP": "c:3"}, "a:1"},
+		{map[string]string{"COHORT_BOOTSTRAP": "c:3"}, "c:3"},
+		{map[string]string{"COHORT_BOOTSTRAP": "true"}, "127.0.0.1:9092"},
+		{map[string]string{"COHORT_BOOTSTRAP": "false"}, "127.0.0.1:9092"},
+		{map[string]string{"COHORT_BOOTSTRAP": "1", "COHORT_BOOTSTRAP_SERVERS": "a:1"}, "a:1"},
+	} {
+		if got := bootstrapFromEnv(func(k string) string { return tc.env[k] }); got != tc.want {
+			t.Errorf("env %v: bootstrap %q, want %q", tc.env, got, tc.want)
+		}
+	}
+}
+
+// TestBootstrapTrueNotABroker: with cohortd's COHORT_BOOTSTRAP=true in the
+// environment, cohortctl still reaches the broker COHORT_BOOTSTRAP_SERVERS
+// names and the default would be used without it, never a broker "true".
+func TestBootstrapTrueNotABroker(t *testing.T) {
+	addr := startNode(t)
+	var out, errOut bytes.Buffer
+	env := map[string]string{"COHORT_BOOTSTRAP": "true", "COHORT_BOOTSTRAP_SERVERS": addr}
+	if code := run(context.Background(), []string{"topics", "list"}, func(k string) string { return env[k] }, &out, &errOut); code != 0 {
+		t.Fatalf("topics list with COHORT_BOOTSTRAP=true: exit %d: %s", code, errOut.String())
 	}
 }

@@ -31,7 +31,7 @@ func TestUsersAndACLs(t *testing.T) {
 	addr := testnode.Start(t, cfg).KafkaAddr()
 	as := func(user, pass string, stdin string, args ...string) (string, string, int) {
 		var out, errOut bytes.Buffer
-		env := map[string]string{"COHORT_BOOTSTRAP": addr, "COHORT_SASL_MECHANISM": "SCRAM-SHA-512", "COHORT_SASL_USERNAME": user, "COHORT_SASL_PASSWORD": pass}
+		env := map[string]string{"COHORT_BOOTSTRAP_SERVERS": addr, "COHORT_SASL_MECHANISM": "SCRAM-SHA-512", "COHORT_SASL_USERNAME": user, "COHORT_SASL_PASSWORD": pass}
 		old := os.Stdin
 		r, w, _ := os.Pipe()
 		w.WriteString(stdin)

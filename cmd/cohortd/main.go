@@ -141,6 +141,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 		env := "COHORT_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v := getenv(env); v != "" {
 			if err := f.Value.Set(v); err != nil {
+				if f.Name == "bootstrap" {
+					// cohortctl's seed brokers once had this name.
+					err = fmt.Errorf("%v (it is cohortd's --bootstrap switch, true or false; cohortctl's brokers go in COHORT_BOOTSTRAP_SERVERS)", err)
+				}
 				errs = append(errs, fmt.Errorf("%s=%q: %v", env, v, err))
 			}
 		}

@@ -163,7 +163,7 @@ func TestRaftLogFormatFlag(t *testing.T) {
 	if cfg, _, err = parseConfig(nil, env(nil), &bytes.Buffer{}); err != nil || cfg.Raft.LogFormat != 0 {
 		t.Fatalf("default: %v, format %d", err, cfg.Raft.LogFormat)
 	}
-	for _, bad := range []string{"3", "-1", "two"} {
+	for _, bad := range []string{"4", "-1", "two"} {
 		var out bytes.Buffer
 		if code := run([]string{"--raft-log-format", bad}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "raft-log-format") {
 			t.Errorf("--raft-log-format %q: exit %d, output %q", bad, code, out.String())
@@ -187,5 +187,19 @@ func TestVersion(t *testing.T) {
 	t.Cleanup(func() { stdout = os.Stdout })
 	if code := run([]string{"--version"}, env(nil), &errb); code != 0 || !strings.HasPrefix(out.String(), "cohortd ") || !strings.Contains(out.String(), "revision ") {
 		t.Fatalf("--version: code %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// TestBootstrapEnvNotABrokerList: COHORT_BOOTSTRAP is cohortd's --bootstrap
+// switch; a broker list left there for cohortctl is refused (exit 2) with the
+// name cohortctl reads its brokers from, and a boolean still applies.
+func TestBootstrapEnvNotABrokerList(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(nil, env(map[string]string{"COHORT_BOOTSTRAP": "127.0.0.1:9092"}), &out); code != 2 || !strings.Contains(out.String(), "COHORT_BOOTSTRAP_SERVERS") {
+		t.Errorf("COHORT_BOOTSTRAP=127.0.0.1:9092: exit %d, %q", code, out.String())
+	}
+	cfg, _, err := parseConfig(nil, env(map[string]string{"COHORT_BOOTSTRAP": "true"}), &bytes.Buffer{})
+	if err != nil || !cfg.Bootstrap {
+		t.Fatalf("COHORT_BOOTSTRAP=true: %v, bootstrap %v", err, cfg.Bootstrap)
 	}
 }
