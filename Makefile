@@ -4,6 +4,9 @@ PROTO_FILES := $(sort $(shell find proto -name '*.proto'))
 .PHONY: all build test test-short proto proto-check tidy-check deps bench fuzz fuzz-list vet fmt-check staticcheck
 
 STATICCHECK_VERSION := v0.8.2
+# Each fuzz target runs this long in `make fuzz`, which also runs the member
+# and coordinator simulation over SIM_SEEDS more seeds per protocol.
+SIM_SEEDS ?= 20000
 # Each fuzz target runs this long in `make fuzz`.
 FUZZTIME ?= 20s
 
@@ -74,6 +77,7 @@ endef
 fuzz:
 	@test -n "$(FUZZ_TARGETS)" || (echo "no fuzz targets found" >&2; exit 1)
 	$(foreach t,$(FUZZ_TARGETS),$(GO) test -run '^$$' -fuzz '^$(notdir $(t))$$' -fuzztime $(FUZZTIME) $(FUZZFLAGS_$(notdir $(t))) ./$(dir $(t))$(newline))
+	COHORT_SIM_SEEDS=$(SIM_SEEDS) COHORT_SIM_FIRST=1000 $(GO) test -count=1 -run '^TestSimulatedOwnership$$' -timeout 60m ./member/
 
 # Lists the fuzz targets `make fuzz` runs.
 fuzz-list:
