@@ -6,9 +6,8 @@ PROTO_FILES := $(sort $(shell find proto -name '*.proto'))
 STATICCHECK_VERSION := v0.8.2
 # Each fuzz target runs this long in `make fuzz`, which also runs the member
 # and coordinator simulation over SIM_SEEDS more seeds per protocol.
-SIM_SEEDS ?= 20000
-# Each fuzz target runs this long in `make fuzz`.
 FUZZTIME ?= 20s
+SIM_SEEDS ?= 20000
 
 all: build
 
