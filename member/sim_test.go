@@ -124,6 +124,19 @@ func (s *sim) after(d time.Duration, fn func()) {
 	heap.Push(&s.q, &simEvent{at: s.now + d, seq: s.seq, fn: fn})
 }
 
+// armTimer runs fire after d unless the timer was armed again or cancelled
+// since: set records the timer's sequence number, valid checks it then.
+func (s *sim) armTimer(d time.Duration, set func(seq uint64), valid func(seq uint64) bool, fire func()) {
+	s.seq++
+	seq := s.seq
+	set(seq)
+	s.after(d, func() {
+		if valid(seq) {
+			fire()
+		}
+	})
+}
+
 func (s *sim) latency() time.Duration { return time.Duration(1+s.r.IntN(5)) * time.Millisecond }
 
 func (s *sim) logf(format string, args ...any) {
@@ -179,22 +192,18 @@ func (s *sim) runGroupEffects() {
 		s.after(s.latency(), func() { to.m.onResponse(to.id, msg, nil) })
 	}
 	for _, op := range fx.Timers {
+		key := op.Key
 		if op.Cancel {
-			delete(s.gtimers, op.Key)
+			delete(s.gtimers, key)
 			continue
 		}
-		s.seq++
-		seq := s.seq
-		s.gtimers[op.Key] = seq
-		key := op.Key
-		s.after(op.After, func() {
-			if s.term != term || s.gtimers[key] != seq {
-				return
-			}
-			delete(s.gtimers, key)
-			s.g.OnTimer(s.at(), key, &s.gfx)
-			s.runGroupEffects()
-		})
+		s.armTimer(op.After, func(seq uint64) { s.gtimers[key] = seq },
+			func(seq uint64) bool { return s.term == term && s.gtimers[key] == seq },
+			func() {
+				delete(s.gtimers, key)
+				s.g.OnTimer(s.at(), key, &s.gfx)
+				s.runGroupEffects()
+			})
 	}
 	for _, p := range fx.Persists {
 		p := p
@@ -297,23 +306,19 @@ func (m *simMember) run(gen int32) {
 		})
 	}
 	for _, op := range fx.Timers {
+		kind := op.Kind
 		if op.Cancel {
-			m.timers[op.Kind] = 0
+			m.timers[kind] = 0
 			continue
 		}
-		s.seq++
-		seq := s.seq
-		m.timers[op.Kind] = seq
-		kind := op.Kind
-		s.after(op.After, func() {
-			if !m.live() || m.timers[kind] != seq {
-				return
-			}
-			m.timers[kind] = 0
-			gen := m.m.Generation()
-			m.m.OnTimer(s.at(), kind, &m.fx)
-			m.run(gen)
-		})
+		s.armTimer(op.After, func(seq uint64) { m.timers[kind] = seq },
+			func(seq uint64) bool { return m.live() && m.timers[kind] == seq },
+			func() {
+				m.timers[kind] = 0
+				gen := m.m.Generation()
+				m.m.OnTimer(s.at(), kind, &m.fx)
+				m.run(gen)
+			})
 	}
 	for _, cb := range fx.Callbacks {
 		if cb.Kind == Lost {

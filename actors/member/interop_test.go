@@ -56,22 +56,30 @@ func TestMembersAgainstKfake(t *testing.T) {
 	}
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, "t"), kfake.GroupMinSessionTimeout(time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			seed := c.ListenAddrs()[0]
-			system := actor.NewActorSystem()
-			base := append(timing(), member.WithTransport(member.Kafka(seed)), member.Topics("t"))
+			base := append(timing(), member.Topics("t"))
 			if mode.balancers != nil {
 				base = append(base, member.Balancers(mode.balancers...))
 			}
-			g := newGroupOn(t, system, kafkaDescriber(t, seed, "g"), "g", base...)
-			g.fetch = kafkaFetcher(t, seed, "g")
-			memberScenario(t, g, allPartitions("t", 12))
+			memberScenario(t, kfakeGroup(t, base...), allPartitions("t", 12))
 		})
 	}
+}
+
+// kfakeGroup starts a one-broker kfake cluster with the 12-partition topic
+// t, stopped when the test ends, and returns group "g" on it, its members
+// on the Kafka transport.
+func kfakeGroup(t *testing.T, base ...member.Opt) *group {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, "t"), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	seed := c.ListenAddrs()[0]
+	base = append(base, member.WithTransport(member.Kafka(seed)))
+	g := newGroupOn(t, actor.NewActorSystem(), kafkaDescriber(t, seed, "g"), "g", base...)
+	g.fetch = kafkaFetcher(t, seed, "g")
+	return g
 }
 
 // kgoMember is a franz-go consumer in the group, recording into the same

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-	"github.com/twmb/franz-go/pkg/kfake"
-
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/assignor"
 )
@@ -151,17 +148,7 @@ func TestSlowRevokeKeepsMembershipKfake(t *testing.T) {
 	}
 	for _, mode := range slowModes {
 		t.Run(mode.name, func(t *testing.T) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(12, "t"), kfake.GroupMinSessionTimeout(time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			seed := c.ListenAddrs()[0]
-			system := actor.NewActorSystem()
-			base := append(slowRevokeOpts(), member.WithTransport(member.Kafka(seed)), member.Balancers(mode.balancers...))
-			g := newGroupOn(t, system, kafkaDescriber(t, seed, "g"), "g", base...)
-			g.fetch = kafkaFetcher(t, seed, "g")
-			slowRevokeScenario(t, g)
+			slowRevokeScenario(t, kfakeGroup(t, append(slowRevokeOpts(), member.Balancers(mode.balancers...))...))
 		})
 	}
 }
