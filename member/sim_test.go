@@ -565,10 +565,10 @@ func (s *sim) checkCrashes() {
 }
 
 // simSeeds is how many seeds a run tries: COHORT_SIM_SEEDS when set (make
-// fuzz runs many more), else 1,000 (200 with -short). COHORT_SIM_FIRST
+// fuzz runs many more), else 1,500 (200 with -short). COHORT_SIM_FIRST
 // shifts the first seed.
 func simSeeds(t *testing.T) (first, n uint64) {
-	n = 1000
+	n = 1500
 	if testing.Short() {
 		n = 200
 	}
