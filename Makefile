@@ -76,7 +76,7 @@ endef
 fuzz:
 	@test -n "$(FUZZ_TARGETS)" || (echo "no fuzz targets found" >&2; exit 1)
 	$(foreach t,$(FUZZ_TARGETS),$(GO) test -run '^$$' -fuzz '^$(notdir $(t))$$' -fuzztime $(FUZZTIME) $(FUZZFLAGS_$(notdir $(t))) ./$(dir $(t))$(newline))
-	COHORT_SIM_SEEDS=$(SIM_SEEDS) COHORT_SIM_FIRST=1500 $(GO) test -count=1 -run '^TestSimulatedOwnership$$' -timeout 60m ./member/
+	COHORT_SIM_SEEDS=$(SIM_SEEDS) COHORT_SIM_FIRST=1500 $(GO) test -count=1 -run '^TestSimulatedOwnership$$' -timeout 60m ./membership/
 
 # Lists the fuzz targets `make fuzz` runs.
 fuzz-list:

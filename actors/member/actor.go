@@ -8,7 +8,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	machine "github.com/cohort-coord/cohort/member"
+	"github.com/cohort-coord/cohort/membership"
 )
 
 // Messages of the member actor.
@@ -19,7 +19,7 @@ type (
 		err error
 	}
 	timerFired struct {
-		kind machine.TimerKind
+		kind membership.TimerKind
 		seq  uint64
 	}
 	callbackDone struct{ token uint64 }
@@ -54,22 +54,22 @@ var epoch = time.Now()
 
 func sinceEpoch() time.Duration { return time.Since(epoch) }
 
-// memberActor shells one machine.Machine: it runs the machine's requests on
+// memberActor shells one membership.Machine: it runs the machine's requests on
 // the transport, its timers on the clock and its callbacks on a goroutine,
 // one at a time, and feeds every outcome back as a message.
 type memberActor struct {
 	m    *Member
-	mc   *machine.Machine
-	fx   machine.Effects
+	mc   *membership.Machine
+	fx   membership.Effects
 	tr   Transport
 	self *actor.PID
 	root *actor.RootContext
 	log  *slog.Logger
 
-	timers [machine.NumTimers]timerSlot
+	timers [membership.NumTimers]timerSlot
 	seq    uint64
 
-	queue   []machine.Callback
+	queue   []membership.Callback
 	running bool
 	// cbCtx is given to callbacks; cancelled when the member stops.
 	cbCtx    context.Context
@@ -83,13 +83,13 @@ type memberActor struct {
 	finished bool
 	lastGen  int32
 	lastID   string
-	lastPh   machine.Phase
+	lastPh   membership.Phase
 }
 
 func newMemberActor(m *Member, tr Transport) *memberActor {
 	return &memberActor{
 		m:       m,
-		mc:      machine.New(m.cfg.m),
+		mc:      membership.New(m.cfg.m),
 		tr:      tr,
 		log:     m.cfg.log.With(slog.String("group", m.group)),
 		lastGen: -1,
@@ -211,7 +211,7 @@ func (a *memberActor) runNext() {
 		return
 	}
 	cb := a.queue[0]
-	a.queue[0] = machine.Callback{}
+	a.queue[0] = membership.Callback{}
 	a.queue = a.queue[1:]
 	a.running = true
 	if a.cbCtx == nil {
@@ -225,7 +225,7 @@ func (a *memberActor) runNext() {
 }
 
 // invoke runs one callback; a panic in it is logged, not fatal.
-func (a *memberActor) invoke(cb machine.Callback) {
+func (a *memberActor) invoke(cb membership.Callback) {
 	defer func() {
 		if p := recover(); p != nil {
 			a.log.Error("member callback panicked", slog.String("kind", cb.Kind.String()), slog.Any("panic", p))
@@ -242,16 +242,16 @@ func (a *memberActor) invoke(cb machine.Callback) {
 		return
 	}
 	switch cb.Kind {
-	case machine.Assigned:
+	case membership.Assigned:
 		c.handler.Assigned(a.cbCtx, a.m, cb.Partitions)
-	case machine.Revoked:
+	case membership.Revoked:
 		c.handler.Revoked(a.cbCtx, a.m, cb.Partitions)
-	case machine.Lost:
+	case membership.Lost:
 		c.handler.Lost(a.cbCtx, a.m, cb.Partitions)
 	}
 }
 
-func (a *memberActor) setTimer(op machine.TimerOp) {
+func (a *memberActor) setTimer(op membership.TimerOp) {
 	slot := &a.timers[op.Kind]
 	if op.Cancel {
 		if slot.t != nil {
@@ -269,7 +269,7 @@ func (a *memberActor) setTimer(op machine.TimerOp) {
 }
 
 // arm (re)starts slot's timer to fire after d, for deadline.
-func (a *memberActor) arm(slot *timerSlot, kind machine.TimerKind, d, deadline time.Duration) {
+func (a *memberActor) arm(slot *timerSlot, kind membership.TimerKind, d, deadline time.Duration) {
 	if slot.t != nil {
 		slot.t.Stop()
 	}

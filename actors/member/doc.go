@@ -11,7 +11,7 @@
 //	err = m.Close(ctx)
 //
 // Each member is one protoactor actor that shells the pure protocol machine
-// of package github.com/cohort-coord/cohort/member: it calls the machine
+// of package github.com/cohort-coord/cohort/membership: it calls the machine
 // with the clock's time and carries out what the machine returns. Requests go
 // through a Transport and their answers come back as messages; timers
 // (heartbeat, session, retry backoff) are time.AfterFunc timers that send a

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
-	machine "github.com/cohort-coord/cohort/member"
+	"github.com/cohort-coord/cohort/membership"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -41,7 +41,7 @@ func KafkaTLS(cfg *tls.Config, seeds ...string) TransportFactory {
 func KafkaWithOptions(seeds []string, opts ...kgo.Opt) TransportFactory {
 	return func(env TransportEnv) (Transport, error) {
 		if len(seeds) == 0 {
-			return nil, fmt.Errorf("%w: Kafka transport without seed brokers", machine.ErrConfig)
+			return nil, fmt.Errorf("%w: Kafka transport without seed brokers", membership.ErrConfig)
 		}
 		return &kafkaTransport{env: env, seeds: append([]string(nil), seeds...), opts: append([]kgo.Opt(nil), opts...), conns: map[string]*kgo.Client{}}, nil
 	}
@@ -139,7 +139,7 @@ func (t *kafkaTransport) coordinator() string {
 
 func (t *kafkaTransport) do(req any) (any, error) {
 	switch r := req.(type) {
-	case *machine.FindCoordinator:
+	case *membership.FindCoordinator:
 		return t.find(r.Group)
 	}
 	addr := t.coordinator()
@@ -147,7 +147,7 @@ func (t *kafkaTransport) do(req any) (any, error) {
 		return nil, ErrNoCoordinator
 	}
 	switch r := req.(type) {
-	case *machine.MetadataRequest:
+	case *membership.MetadataRequest:
 		return t.metadata(addr, r)
 	case *pb.JoinGroupRequest:
 		res, err := t.request(addr, joinToKafka(r), false) // bounded by the rebalance timeout
@@ -232,7 +232,7 @@ func (t *kafkaTransport) find(group string) (any, error) {
 		t.mu.Lock()
 		t.coord = addr
 		t.mu.Unlock()
-		return &machine.CoordinatorFound{Exclusive: exclusive}, nil
+		return &membership.CoordinatorFound{Exclusive: exclusive}, nil
 	}
 	return nil, fmt.Errorf("%w for %q: %w", ErrNoCoordinator, group, errors.Join(errs...))
 }
@@ -260,7 +260,7 @@ func HasExclusiveOwnership(r *kmsg.ApiVersionsResponse) bool {
 	return false
 }
 
-func (t *kafkaTransport) metadata(addr string, r *machine.MetadataRequest) (any, error) {
+func (t *kafkaTransport) metadata(addr string, r *membership.MetadataRequest) (any, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, name := range r.Topics {
 		mt := kmsg.NewMetadataRequestTopic()
@@ -271,7 +271,7 @@ func (t *kafkaTransport) metadata(addr string, r *machine.MetadataRequest) (any,
 	if err != nil {
 		return nil, err
 	}
-	out := &machine.MetadataResponse{Partitions: map[string]int32{}}
+	out := &membership.MetadataResponse{Partitions: map[string]int32{}}
 	for _, mt := range res.(*kmsg.MetadataResponse).Topics {
 		if mt.ErrorCode == 0 && mt.Topic != nil && len(mt.Partitions) > 0 {
 			out.Partitions[*mt.Topic] = int32(len(mt.Partitions))

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/assignor"
-	machine "github.com/cohort-coord/cohort/member"
+	"github.com/cohort-coord/cohort/membership"
 )
 
 func balancersOf(spec string) []assignor.Balancer {
@@ -85,7 +85,7 @@ type exclusiveTransport struct{ member.Transport }
 
 func (e exclusiveTransport) Send(req any, done func(any, error)) {
 	e.Transport.Send(req, func(res any, err error) {
-		if f, ok := res.(*machine.CoordinatorFound); ok {
+		if f, ok := res.(*membership.CoordinatorFound); ok {
 			f.Exclusive = true
 		}
 		done(res, err)

@@ -11,17 +11,17 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/cohort-coord/cohort/assignor"
-	machine "github.com/cohort-coord/cohort/member"
+	"github.com/cohort-coord/cohort/membership"
 )
 
-// Errors a member's methods return (see package member for their meaning).
+// Errors a member's methods return (see package membership for their meaning).
 var (
-	ErrRebalanceInProgress     = machine.ErrRebalanceInProgress
-	ErrCoordinatorNotAvailable = machine.ErrCoordinatorNotAvailable
-	ErrIllegalState            = machine.ErrIllegalState
-	ErrFenced                  = machine.ErrFenced
-	ErrCommitFailed            = machine.ErrCommitFailed
-	ErrConfig                  = machine.ErrConfig
+	ErrRebalanceInProgress     = membership.ErrRebalanceInProgress
+	ErrCoordinatorNotAvailable = membership.ErrCoordinatorNotAvailable
+	ErrIllegalState            = membership.ErrIllegalState
+	ErrFenced                  = membership.ErrFenced
+	ErrCommitFailed            = membership.ErrCommitFailed
+	ErrConfig                  = membership.ErrConfig
 	// ErrCloseTimeout: Close's context ended before the member finished
 	// leaving; it was stopped without waiting further.
 	ErrCloseTimeout = errors.New("member: close did not finish in time")
@@ -51,7 +51,7 @@ type snapshot struct {
 	memberID   string
 	generation int32
 	protocol   string
-	phase      machine.Phase
+	phase      membership.Phase
 	owned      []assignor.TopicPartitions
 }
 
@@ -124,14 +124,14 @@ func (m *Member) MemberID() string { return m.state.Load().memberID }
 func (m *Member) Protocol() string { return m.state.Load().protocol }
 
 // Phase returns where the member is in its protocol loop.
-func (m *Member) Phase() machine.Phase { return m.state.Load().phase }
+func (m *Member) Phase() membership.Phase { return m.state.Load().phase }
 
 // Done is closed once the member stopped (after Close, or on a fatal error).
 func (m *Member) Done() <-chan struct{} { return m.done }
 
 // Err returns why the member stopped: nil while it runs and after a clean
 // Close; ErrFenced (wrapping kerr.FencedInstanceID) when another instance
-// took its instance id; a *machine.CodeError for other fatal codes.
+// took its instance id; a *membership.CodeError for other fatal codes.
 func (m *Member) Err() error {
 	select {
 	case <-m.done:

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/actors"
-	machine "github.com/cohort-coord/cohort/member"
+	"github.com/cohort-coord/cohort/membership"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
@@ -47,10 +47,10 @@ func (t *nativeTransport) exclusiveOwnership(leader string) bool {
 func Native(addrs ...string) TransportFactory {
 	return func(env TransportEnv) (Transport, error) {
 		if len(addrs) == 0 {
-			return nil, fmt.Errorf("%w: native transport without addresses", machine.ErrConfig)
+			return nil, fmt.Errorf("%w: native transport without addresses", membership.ErrConfig)
 		}
 		if env.System == nil {
-			return nil, fmt.Errorf("%w: native transport without an actor system", machine.ErrConfig)
+			return nil, fmt.Errorf("%w: native transport without an actor system", membership.ErrConfig)
 		}
 		return &nativeTransport{env: env, addrs: append([]string(nil), addrs...)}, nil
 	}
@@ -69,12 +69,12 @@ func (t *nativeTransport) Close() {}
 
 func (t *nativeTransport) Send(req any, done func(any, error)) {
 	switch r := req.(type) {
-	case *machine.FindCoordinator:
+	case *membership.FindCoordinator:
 		go func() { done(t.find(r.Group)) }()
-	case *machine.MetadataRequest:
+	case *membership.MetadataRequest:
 		// The native API has no topic metadata: topics are sized by the
 		// member's configuration (Partitions).
-		done(&machine.MetadataResponse{}, nil)
+		done(&membership.MetadataResponse{}, nil)
 	case proto.Message:
 		t.mu.Lock()
 		coord := t.coord
@@ -136,7 +136,7 @@ func (t *nativeTransport) find(group string) (any, error) {
 		t.mu.Lock()
 		t.coord = actor.NewPID(leader, actors.RouterName)
 		t.mu.Unlock()
-		return &machine.CoordinatorFound{Exclusive: t.exclusiveOwnership(leader)}, nil
+		return &membership.CoordinatorFound{Exclusive: t.exclusiveOwnership(leader)}, nil
 	}
 	return nil, fmt.Errorf("%w: %w", ErrNoCoordinator, errors.Join(errs...))
 }

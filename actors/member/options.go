@@ -8,14 +8,14 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/cohort-coord/cohort/assignor"
-	machine "github.com/cohort-coord/cohort/member"
+	"github.com/cohort-coord/cohort/membership"
 )
 
 // Opt configures a member, in the style of franz-go's kgo.Opt.
 type Opt func(*config)
 
 type config struct {
-	m              machine.Config
+	m              membership.Config
 	transport      TransportFactory
 	bootstrap      []string
 	requestTimeout time.Duration
@@ -180,7 +180,7 @@ func (f *funcHandler) Lost(ctx context.Context, m *Member, ps []assignor.TopicPa
 // PartitionsEvent is the message NotifyActor sends.
 type PartitionsEvent struct {
 	Member     *Member
-	Kind       machine.CallbackKind // machine.Assigned, Revoked or Lost
+	Kind       membership.CallbackKind // membership.Assigned, Revoked or Lost
 	Partitions []assignor.TopicPartitions
 	Generation int32
 }

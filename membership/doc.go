@@ -1,4 +1,4 @@
-// Package member is the pure state machine of one consumer-group member (the
+// Package membership is the pure state machine of one consumer-group member (the
 // client side of Kafka's classic group protocol): the join/sync loop, the
 // leader's assignment, heartbeats, commits, eager and cooperative revocation,
 // explicit rejoin (KIP-568) and static membership (KIP-345).
@@ -31,4 +31,4 @@
 // coordinator gave it; when a session timeout passes without one (and no join
 // or sync is waiting for its answer), the coordinator may have given its
 // partitions to others, so they are reported lost and the member joins again.
-package member
+package membership

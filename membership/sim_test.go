@@ -1,4 +1,4 @@
-package member
+package membership
 
 import (
 	"container/heap"
