@@ -73,7 +73,7 @@ type Mux struct {
 	wg      sync.WaitGroup
 	pending sync.Map // net.Conn -> struct{}: connections before hand-off
 
-	accepted, dialed, frames                                   atomic.Uint64
+	accepted, dialed, frames                                atomic.Uint64
 	refusedTLS, refusedHeader, refusedTimeout, refusedShard atomic.Uint64
 }
 
