@@ -3,10 +3,12 @@ package raftmux
 import (
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,9 +95,18 @@ type shardNode struct {
 // testNode is one node: a mux and its shards.
 type testNode struct {
 	id     string
-	mux    *Mux
+	mux    *Mux // nil with a port per shard
 	shards []*shardNode
 	down   bool
+	frames atomic.Uint64 // RPCs sent, with a port per shard
+}
+
+// sent is the count of RPCs the node has sent.
+func (n *testNode) sent() uint64 {
+	if n.mux != nil {
+		return n.mux.Stats().Frames
+	}
+	return n.frames.Load()
 }
 
 // raftConfig is raftfsm.DefaultConfig's timing (heartbeat and election
@@ -113,41 +124,90 @@ func raftConfig(id string) *raft.Config {
 // startCluster starts nodes nodes with shards Raft groups each, all over
 // their node's mux, every group bootstrapped with every node as a voter.
 func startCluster(tb testing.TB, nodes, shards int, cfg Config) []*testNode {
+	return startClusterOn(tb, nodes, shards, cfg, false)
+}
+
+// startClusterOn is startCluster, with a port per Raft group instead of
+// the mux when ports is set (today's layout: cfg is then unused).
+func startClusterOn(tb testing.TB, nodes, shards int, cfg Config, ports bool) []*testNode {
 	tb.Helper()
 	dir := tb.TempDir()
 	ns := make([]*testNode, nodes)
-	var servers []raft.Server
-	for i := range ns {
-		m, err := Listen("127.0.0.1:0", cfg)
-		if err != nil {
-			tb.Fatal(err)
+	layers := make([][]raft.StreamLayer, nodes)
+	tb.Cleanup(func() {
+		for i, n := range ns {
+			if n == nil {
+				continue
+			}
+			n.stop()
+			for _, l := range layers[i][len(n.shards):] {
+				l.Close() // never handed to a transport
+			}
 		}
-		ns[i] = &testNode{id: fmt.Sprintf("n%d", i+1), mux: m}
-		servers = append(servers, raft.Server{ID: raft.ServerID(ns[i].id), Address: raft.ServerAddress(m.Addr().String())})
-	}
-	for _, n := range ns {
+	})
+	for i := range ns {
+		ns[i] = &testNode{id: fmt.Sprintf("n%d", i+1)}
+		if !ports {
+			m, err := Listen("127.0.0.1:0", cfg)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			ns[i].mux = m
+		}
 		for s := range shards {
-			sn, err := openShard(filepath.Join(dir, n.id, fmt.Sprintf("shard-%02d", s)), n, uint16(s), servers)
+			var l raft.StreamLayer
+			if ports {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					tb.Fatal(err)
+				}
+				l = &portLayer{Listener: ln, frames: &ns[i].frames}
+			} else {
+				ml, err := ns[i].mux.Shard(uint16(s))
+				if err != nil {
+					tb.Fatal(err)
+				}
+				l = ml
+			}
+			layers[i] = append(layers[i], l)
+		}
+	}
+	for s := range shards {
+		var servers []raft.Server
+		for i, n := range ns {
+			servers = append(servers, raft.Server{ID: raft.ServerID(n.id), Address: raft.ServerAddress(layers[i][s].Addr().String())})
+		}
+		for i, n := range ns {
+			sn, err := openShard(filepath.Join(dir, n.id, fmt.Sprintf("shard-%02d", s)), n.id, layers[i][s], servers)
 			if err != nil {
 				tb.Fatal(err)
 			}
 			n.shards = append(n.shards, sn)
 		}
 	}
-	tb.Cleanup(func() {
-		for _, n := range ns {
-			n.stop()
-		}
-	})
 	return ns
 }
 
-func openShard(dir string, n *testNode, shard uint16, servers []raft.Server) (*shardNode, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// portLayer is today's layout, the peer TestIdleCost measures the mux
+// against: a listener per Raft group (as raft.NewTCPTransport makes), with
+// the writes of its dialed connections counted as the mux counts them.
+type portLayer struct {
+	net.Listener
+	frames *atomic.Uint64
+}
+
+func (l *portLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout("tcp", string(address), timeout)
+	if err != nil {
 		return nil, err
 	}
-	layer, err := n.mux.Shard(shard)
-	if err != nil {
+	return &countedConn{Conn: c, frames: l.frames}, nil
+}
+
+// openShard opens one shard's Raft instance on layer, with its own FSM,
+// raft-boltdb store and snapshots in dir. The transport owns layer.
+func openShard(dir, id string, layer raft.StreamLayer, servers []raft.Server) (*shardNode, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
@@ -164,7 +224,7 @@ func openShard(dir string, n *testNode, shard uint16, servers []raft.Server) (*s
 		return nil, err
 	}
 	fsm := &recFSM{}
-	rc := raftConfig(n.id)
+	rc := raftConfig(id)
 	if err := raft.BootstrapCluster(rc, logs, logs, snaps, tr, raft.Configuration{Servers: servers}); err != nil {
 		tr.Close()
 		logs.Close()
@@ -194,7 +254,9 @@ func (n *testNode) stop() {
 		})
 	}
 	wg.Wait()
-	n.mux.Close()
+	if n.mux != nil {
+		n.mux.Close()
+	}
 }
 
 // waitLeaders waits until every shard has a leader among the live nodes

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 var (
 	idleFor    = flag.Duration("idle", 0, "TestIdleCost: how long each cluster sits idle (0 skips the test)")
 	idleShards = flag.String("idle.shards", "1,4,16,64", "TestIdleCost: the shard counts to measure")
+	idlePeer   = flag.Bool("idle.peer", true, "TestIdleCost: also measure a port per Raft group (today's layout)")
 )
 
 // sample is the process's use of the machine at one instant.
@@ -46,7 +48,7 @@ func take(t *testing.T, ns []*testNode) sample {
 		fds:        len(fds),
 	}
 	for _, n := range ns {
-		s.frames += n.mux.Stats().Frames
+		s.frames += n.sent()
 		for _, sn := range n.shards {
 			term, _ := strconv.ParseUint(sn.raft.Stats()["term"], 10, 64)
 			s.terms += term
@@ -91,45 +93,69 @@ type idleCost struct {
 // Raft timing) sit idle for -idle, and the process's CPU, RSS,
 // goroutines, descriptors and RPCs are divided by the three nodes. A least
 // squares line over the shard counts gives the cost per shard per node.
+// With -idle.peer (the default) each shard count is also measured with a
+// port per Raft group, today's layout, in the same run.
 //
-//	go test ./raftfsm/raftmux -run TestIdleCost -idle 10s -v
+//	go test ./raftfsm/raftmux -count=1 -run TestIdleCost -v -args -idle 10s
 func TestIdleCost(t *testing.T) {
 	if *idleFor <= 0 {
 		t.Skip("set -idle (e.g. -idle 10s) to measure")
 	}
-	const nodes = 3
-	var costs []idleCost
+	var shardCounts []int
 	for _, f := range strings.Split(*idleShards, ",") {
 		shards, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || shards < 1 {
 			t.Fatalf("-idle.shards: %q", f)
 		}
-		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {
-			runtime.GC()
-			base := take(t, nil)
-			start := time.Now()
-			ns := startCluster(t, nodes, shards, Config{})
-			waitLeaders(t, ns, 2*time.Minute)
-			elected := time.Since(start)
-			time.Sleep(2 * time.Second) // let the pools fill and the first rounds settle
-			a := take(t, ns)
-			time.Sleep(*idleFor)
-			b := take(t, ns)
-			secs := b.at.Sub(a.at).Seconds()
-			c := idleCost{
-				shards:     shards,
-				cpu:        (b.cpu - a.cpu).Seconds() / secs / nodes,
-				rssMiB:     float64(b.rss-base.rss) / (1 << 20) / nodes,
-				goroutines: float64(b.goroutines-base.goroutines) / nodes,
-				fds:        float64(b.fds-base.fds) / nodes,
-				rpcs:       float64(b.frames-a.frames) / secs / nodes,
-				elections:  b.terms - a.terms,
-			}
-			costs = append(costs, c)
-			t.Logf("elected in %v; per node: cpu %.2f%% of a core, rss +%.1f MiB, %.0f goroutines, %.0f fds, %.0f RPC/s sent; %d term changes while idle",
-				elected.Round(time.Millisecond), 100*c.cpu, c.rssMiB, c.goroutines, c.fds, c.rpcs, c.elections)
-		})
+		shardCounts = append(shardCounts, shards)
 	}
+	layouts := []string{"mux"}
+	if *idlePeer {
+		layouts = append(layouts, "ports")
+	}
+	costs := map[string][]idleCost{}
+	for _, shards := range shardCounts {
+		for _, layout := range layouts {
+			t.Run(fmt.Sprintf("%s/shards=%d", layout, shards), func(t *testing.T) {
+				costs[layout] = append(costs[layout], measureIdle(t, shards, layout == "ports"))
+			})
+		}
+	}
+	for _, layout := range layouts {
+		reportIdle(t, layout, costs[layout])
+	}
+}
+
+func measureIdle(t *testing.T, shards int, ports bool) idleCost {
+	const nodes = 3
+	debug.FreeOSMemory() // the previous cluster's heap leaves the RSS baseline
+	base := take(t, nil)
+	start := time.Now()
+	ns := startClusterOn(t, nodes, shards, Config{}, ports)
+	waitLeaders(t, ns, 2*time.Minute)
+	elected := time.Since(start)
+	time.Sleep(2 * time.Second) // let the pools fill and the first rounds settle
+	a := take(t, ns)
+	time.Sleep(*idleFor)
+	b := take(t, ns)
+	secs := b.at.Sub(a.at).Seconds()
+	c := idleCost{
+		shards:     shards,
+		cpu:        (b.cpu - a.cpu).Seconds() / secs / nodes,
+		rssMiB:     float64(b.rss-base.rss) / (1 << 20) / nodes,
+		goroutines: float64(b.goroutines-base.goroutines) / nodes,
+		fds:        float64(b.fds-base.fds) / nodes,
+		rpcs:       float64(b.frames-a.frames) / secs / nodes,
+		elections:  b.terms - a.terms,
+	}
+	t.Logf("elected in %v; per node: cpu %.2f%% of a core, rss +%.1f MiB, %.0f goroutines, %.0f fds, %.0f RPC/s sent; %d term changes while idle",
+		elected.Round(time.Millisecond), 100*c.cpu, c.rssMiB, c.goroutines, c.fds, c.rpcs, c.elections)
+	return c
+}
+
+// reportIdle logs the table of costs and the least squares fit over them.
+func reportIdle(t *testing.T, layout string, costs []idleCost) {
+	t.Logf("%s:", layout)
 	t.Logf("| shards | CPU %%core/node | per shard | RSS MiB/node | per shard | goroutines/node | per shard | fds/node | per shard | RPC/s/node | per shard | term changes |")
 	t.Logf("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, c := range costs {
