@@ -9,15 +9,19 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 var (
 	idleFor    = flag.Duration("idle", 0, "TestIdleCost: how long each cluster sits idle (0 skips the test)")
 	idleShards = flag.String("idle.shards", "1,4,16,64", "TestIdleCost: the shard counts to measure")
 	idlePeer   = flag.Bool("idle.peer", true, "TestIdleCost: also measure a port per Raft group (today's layout)")
+	idleLease  = flag.Bool("idle.lease", true, "TestIdleCost: also measure the mux with cohort's leader lease renewal on every shard")
 )
 
 // sample is the process's use of the machine at one instant.
@@ -110,6 +114,9 @@ func TestIdleCost(t *testing.T) {
 		shardCounts = append(shardCounts, shards)
 	}
 	layouts := []string{"mux"}
+	if *idleLease {
+		layouts = append(layouts, "mux+lease")
+	}
 	if *idlePeer {
 		layouts = append(layouts, "ports")
 	}
@@ -117,7 +124,7 @@ func TestIdleCost(t *testing.T) {
 	for _, shards := range shardCounts {
 		for _, layout := range layouts {
 			t.Run(fmt.Sprintf("%s/shards=%d", layout, shards), func(t *testing.T) {
-				costs[layout] = append(costs[layout], measureIdle(t, shards, layout == "ports"))
+				costs[layout] = append(costs[layout], measureIdle(t, shards, layout == "ports", layout == "mux+lease"))
 			})
 		}
 	}
@@ -126,7 +133,7 @@ func TestIdleCost(t *testing.T) {
 	}
 }
 
-func measureIdle(t *testing.T, shards int, ports bool) idleCost {
+func measureIdle(t *testing.T, shards int, ports, lease bool) idleCost {
 	const nodes = 3
 	debug.FreeOSMemory() // the previous cluster's heap leaves the RSS baseline
 	base := take(t, nil)
@@ -134,6 +141,9 @@ func measureIdle(t *testing.T, shards int, ports bool) idleCost {
 	ns := startClusterOn(t, nodes, shards, Config{}, ports)
 	waitLeaders(t, ns, 2*time.Minute)
 	elected := time.Since(start)
+	if lease {
+		renewLeases(t, ns)
+	}
 	time.Sleep(2 * time.Second) // let the pools fill and the first rounds settle
 	a := take(t, ns)
 	time.Sleep(*idleFor)
@@ -151,6 +161,34 @@ func measureIdle(t *testing.T, shards int, ports bool) idleCost {
 	t.Logf("elected in %v; per node: cpu %.2f%% of a core, rss +%.1f MiB, %.0f goroutines, %.0f fds, %.0f RPC/s sent; %d term changes while idle",
 		elected.Round(time.Millisecond), 100*c.cpu, c.rssMiB, c.goroutines, c.fds, c.rpcs, c.elections)
 	return c
+}
+
+// renewLeases does on every shard what node/lease.go's renewLease does on
+// today's one Raft group: while the shard's instance leads, a VerifyLeader
+// round every fifth of the heartbeat timeout (100 ms), the next one only
+// after the last is answered; one goroutine per shard per node.
+func renewLeases(t *testing.T, ns []*testNode) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, n := range ns {
+		for _, sn := range n.shards {
+			wg.Go(func() {
+				tick := time.NewTicker(raftConfig(n.id).HeartbeatTimeout / 5)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					if sn.raft.State() == raft.Leader {
+						sn.raft.VerifyLeader().Error()
+					}
+				}
+			})
+		}
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() }) // before the cluster stops
 }
 
 // reportIdle logs the table of costs and the least squares fit over them.
