@@ -143,7 +143,9 @@ func (m *Mux) Shard(shard uint16) (*Layer, error) {
 
 // Close stops the listener, closes every layer and the connections not yet
 // handed to a shard, and waits for the mux's goroutines. Connections
-// already handed to a shard belong to its transport.
+// already handed to a shard belong to its transport. Close the shards'
+// transports first: a transport whose layer is closed under it retries
+// Accept until it is closed itself.
 func (m *Mux) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -196,6 +198,13 @@ func (m *Mux) serve() {
 		}
 		backoff = 0
 		m.pending.Store(c, struct{}{})
+		select {
+		case <-m.done: // Close may have swept pending before the Store
+			m.pending.Delete(c)
+			c.Close()
+			return
+		default:
+		}
 		m.wg.Add(1)
 		go m.handle(c)
 	}
