@@ -240,3 +240,49 @@ func TestTLSRefusesPlainAndUntrustedPeers(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestServerNameNamesThePeer: with ServerName, a dialer verifies the
+// peer's certificate against the name it returns (a node id), not the
+// address dialed.
+func TestServerNameNamesThePeer(t *testing.T) {
+	ca := testcerts.NewCA(t, "raftmux-ca")
+	dir := t.TempDir()
+	n2 := ca.Issue(t, testcerts.Options{CommonName: "n2", DNSNames: []string{"n2"}}).Write(t, dir, "n2", ca).Load(t)
+	n1 := ca.Issue(t, testcerts.Options{CommonName: "n1", DNSNames: []string{"n1"}}).Write(t, dir, "n1", ca).Load(t)
+	server := newMux(t, Config{TLS: n2})
+	sl, _ := server.Shard(0)
+	addr := raft.ServerAddress(server.Addr().String())
+
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{{"n2", true}, {"n3", false}, {"", false}} { // "" verifies the host, 127.0.0.1
+		dialer := newMux(t, Config{TLS: n1, ServerName: func(a raft.ServerAddress) string {
+			if a != addr {
+				t.Errorf("ServerName asked about %s", a)
+			}
+			return c.name
+		}})
+		l, _ := dialer.Shard(0)
+		conn, err := l.Dial(addr, 2*time.Second)
+		if (err == nil) != c.ok {
+			t.Fatalf("ServerName %q: dial error %v, want ok=%v", c.name, err, c.ok)
+		}
+		if err != nil {
+			continue
+		}
+		conn.Write([]byte("y"))
+		s, err := sl.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 1)
+		if _, err := io.ReadFull(s, got); err != nil || got[0] != 'y' {
+			t.Fatalf("read %q, %v", got, err)
+		}
+		s.Close()
+		conn.Close()
+	}
+	waitStat(t, server, "RefusedTLS", func(s Stats) uint64 { return s.RefusedTLS }, 2)
+	waitStat(t, server, "Accepted", func(s Stats) uint64 { return s.Accepted }, 1)
+}
