@@ -99,6 +99,7 @@ type testNode struct {
 	shards []*shardNode
 	down   bool
 	frames atomic.Uint64 // RPCs sent, with a port per shard
+	dir    string        // the shards' directories are dir/shard-NN
 }
 
 // sent is the count of RPCs the node has sent.
@@ -147,6 +148,7 @@ func startClusterOn(tb testing.TB, nodes, shards int, cfg Config, ports bool) []
 	})
 	for i := range ns {
 		ns[i] = &testNode{id: fmt.Sprintf("n%d", i+1)}
+		ns[i].dir = filepath.Join(dir, ns[i].id)
 		if !ports {
 			m, err := Listen("127.0.0.1:0", cfg)
 			if err != nil {
@@ -178,7 +180,7 @@ func startClusterOn(tb testing.TB, nodes, shards int, cfg Config, ports bool) []
 			servers = append(servers, raft.Server{ID: raft.ServerID(n.id), Address: raft.ServerAddress(layers[i][s].Addr().String())})
 		}
 		for i, n := range ns {
-			sn, err := openShard(filepath.Join(dir, n.id, fmt.Sprintf("shard-%02d", s)), n.id, layers[i][s], servers)
+			sn, err := openShard(n.shardDir(s), n.id, layers[i][s], servers)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -225,7 +227,8 @@ func openShard(dir, id string, layer raft.StreamLayer, servers []raft.Server) (*
 	}
 	fsm := &recFSM{}
 	rc := raftConfig(id)
-	if err := raft.BootstrapCluster(rc, logs, logs, snaps, tr, raft.Configuration{Servers: servers}); err != nil {
+	if servers == nil { // a restart: the store holds the configuration
+	} else if err := raft.BootstrapCluster(rc, logs, logs, snaps, tr, raft.Configuration{Servers: servers}); err != nil {
 		tr.Close()
 		logs.Close()
 		return nil, err
@@ -237,6 +240,35 @@ func openShard(dir, id string, layer raft.StreamLayer, servers []raft.Server) (*
 		return nil, err
 	}
 	return &shardNode{raft: r, fsm: fsm, transport: tr, logs: logs}, nil
+}
+
+func (n *testNode) shardDir(s int) string { return filepath.Join(n.dir, fmt.Sprintf("shard-%02d", s)) }
+
+// restart opens a stopped node again on its mux's address, every shard
+// from its own store, with a fresh FSM that the log (or a snapshot)
+// refills.
+func (n *testNode) restart(tb testing.TB, cfg Config) {
+	tb.Helper()
+	m, err := Listen(n.mux.Addr().String(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Every shard is registered before the first Raft instance starts, so
+	// that no peer reaches a shard the mux does not know yet.
+	layers := make([]*Layer, len(n.shards))
+	for s := range layers {
+		if layers[s], err = m.Shard(uint16(s)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	n.mux, n.shards, n.down = m, nil, false
+	for s, l := range layers {
+		sn, err := openShard(n.shardDir(s), n.id, l, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n.shards = append(n.shards, sn)
+	}
 }
 
 // stop shuts the node's shards down, then its mux.

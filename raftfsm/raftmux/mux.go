@@ -126,7 +126,10 @@ func (m *Mux) Stats() Stats {
 
 // Shard registers shard and returns its stream layer, for
 // raft.NetworkTransportConfig.Stream. Closing the layer (the transport
-// does on Close) unregisters it.
+// does on Close) unregisters it. The mux serves from the start, so
+// register every shard before starting the first Raft instance: a peer
+// that reaches a shard not registered yet is refused (RefusedShard) and
+// its transport dials again.
 func (m *Mux) Shard(shard uint16) (*Layer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
