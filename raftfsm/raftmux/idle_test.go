@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/cohort-coord/cohort/internal/testcerts"
 )
 
 var (
@@ -22,6 +24,7 @@ var (
 	idleShards = flag.String("idle.shards", "1,4,16,64", "TestIdleCost: the shard counts to measure")
 	idlePeer   = flag.Bool("idle.peer", true, "TestIdleCost: also measure a port per Raft group (today's layout)")
 	idleLease  = flag.Bool("idle.lease", true, "TestIdleCost: also measure the mux with cohort's leader lease renewal on every shard")
+	idleTLS    = flag.Bool("idle.tls", true, "TestIdleCost: also measure the mux over TLS, with the lease renewal")
 )
 
 // sample is the process's use of the machine at one instant.
@@ -117,6 +120,9 @@ func TestIdleCost(t *testing.T) {
 	if *idleLease {
 		layouts = append(layouts, "mux+lease")
 	}
+	if *idleTLS {
+		layouts = append(layouts, "tls+lease")
+	}
 	if *idlePeer {
 		layouts = append(layouts, "ports")
 	}
@@ -124,7 +130,7 @@ func TestIdleCost(t *testing.T) {
 	for _, shards := range shardCounts {
 		for _, layout := range layouts {
 			t.Run(fmt.Sprintf("%s/shards=%d", layout, shards), func(t *testing.T) {
-				costs[layout] = append(costs[layout], measureIdle(t, shards, layout == "ports", layout == "mux+lease"))
+				costs[layout] = append(costs[layout], measureIdle(t, shards, layout))
 			})
 		}
 	}
@@ -133,15 +139,20 @@ func TestIdleCost(t *testing.T) {
 	}
 }
 
-func measureIdle(t *testing.T, shards int, ports, lease bool) idleCost {
+func measureIdle(t *testing.T, shards int, layout string) idleCost {
 	const nodes = 3
+	var cfg Config
+	if layout == "tls+lease" {
+		ca := testcerts.NewCA(t, "raftmux-ca")
+		cfg.TLS = ca.Issue(t, testcerts.Options{CommonName: "node"}).Write(t, t.TempDir(), "node", ca).Load(t)
+	}
 	debug.FreeOSMemory() // the previous cluster's heap leaves the RSS baseline
 	base := take(t, nil)
 	start := time.Now()
-	ns := startClusterOn(t, nodes, shards, Config{}, ports)
+	ns := startClusterOn(t, nodes, shards, cfg, layout == "ports")
 	waitLeaders(t, ns, 2*time.Minute)
 	elected := time.Since(start)
-	if lease {
+	if strings.HasSuffix(layout, "+lease") {
 		renewLeases(t, ns)
 	}
 	time.Sleep(2 * time.Second) // let the pools fill and the first rounds settle
