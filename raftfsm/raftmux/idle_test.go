@@ -64,6 +64,16 @@ func take(t *testing.T, ns []*testNode) sample {
 	return s
 }
 
+// loadAvg is the host's one-minute load average: the cores are shared,
+// and a busy neighbour shows in the CPU figures.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
+}
+
 func vmRSS(t *testing.T) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
@@ -169,8 +179,8 @@ func measureIdle(t *testing.T, shards int, layout string) idleCost {
 		rpcs:       float64(b.frames-a.frames) / secs / nodes,
 		elections:  b.terms - a.terms,
 	}
-	t.Logf("elected in %v; per node: cpu %.2f%% of a core, rss +%.1f MiB, %.0f goroutines, %.0f fds, %.0f RPC/s sent; %d term changes while idle",
-		elected.Round(time.Millisecond), 100*c.cpu, c.rssMiB, c.goroutines, c.fds, c.rpcs, c.elections)
+	t.Logf("elected in %v; per node: cpu %.2f%% of a core, rss +%.1f MiB, %.0f goroutines, %.0f fds, %.0f RPC/s sent; %d term changes while idle; host load average %s",
+		elected.Round(time.Millisecond), 100*c.cpu, c.rssMiB, c.goroutines, c.fds, c.rpcs, c.elections, loadAvg())
 	return c
 }
 
