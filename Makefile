@@ -65,3 +65,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzConn$$' -fuzztime $(FUZZTIME) ./kafka/
 	$(GO) test -run '^$$' -fuzz '^FuzzSASL$$' -fuzztime $(FUZZTIME) ./kafka/
 	$(GO) test -run '^$$' -fuzz '^FuzzTLSAccept$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10x ./kafka/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime $(FUZZTIME) ./raftfsm/raftmux/
