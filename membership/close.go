@@ -22,7 +22,7 @@ func (m *Machine) Close(now time.Time, fx *Effects) {
 	// A join or sync in flight is answered still: the coordinator counts the
 	// member in the generation it forms, and the member heartbeats in it
 	// until it leaves (onClosingAnswer).
-	m.closingJoinID, m.closingSyncID, m.closingPrevGen = m.joinID, m.syncID, -1
+	m.closingJoinID, m.closingSyncID = m.joinID, m.syncID
 	m.joinID, m.syncID, m.metaID, m.findID = 0, 0, 0, 0
 	// Heartbeats go on while the revoke callback runs, so that the session
 	// does not expire (and the partitions move) before it returned.
@@ -45,10 +45,8 @@ func (m *Machine) onClosingAnswer(code int32, memberID string, generation int32,
 	if err != nil || code != 0 || m.generation < 0 && len(m.owned) == 0 && m.revoking == nil {
 		return
 	}
-	if generation != m.generation {
-		m.closingPrevGen = m.generation
-	}
-	m.memberID, m.generation = memberID, generation
+	m.moveTo(generation)
+	m.memberID = memberID
 	if m.closeStage != closeDone && m.heartbeats() && m.hbID == 0 {
 		m.armHeartbeat(fx)
 	}

@@ -49,10 +49,10 @@ func (m *Machine) onHeartbeat(r *pb.HeartbeatResponse, err error, fx *Effects) {
 		case code == 0, code == kerr.RebalanceInProgress.Code, coordinatorMoved(code), code == kerr.CoordinatorLoadInProgress.Code,
 			m.hbGeneration != m.generation: // an answer about the generation it left
 			m.armHeartbeat(fx)
-		case code == kerr.IllegalGeneration.Code && m.closingPrevGen >= 0:
+		case code == kerr.IllegalGeneration.Code && m.prevGeneration >= 0:
 			// The generation its join formed was lost with the coordinator
 			// that formed it: the member is still in the one before.
-			m.generation, m.closingPrevGen = m.closingPrevGen, -1
+			m.generation, m.prevGeneration = m.prevGeneration, -1
 			m.armHeartbeat(fx)
 		}
 		return

@@ -78,6 +78,15 @@ func (m *Machine) sendJoin(fx *Effects) {
 
 // reset forgets the generation (and the member id unless keepID): whatever
 // the member owns is lost, since the coordinator may have handed it out.
+// moveTo puts the member in generation gen, a JoinGroup answer's,
+// remembering the one it leaves until a SyncGroup answer confirms gen.
+func (m *Machine) moveTo(gen int32) {
+	if gen != m.generation {
+		m.prevGeneration = m.generation
+	}
+	m.generation = gen
+}
+
 func (m *Machine) reset(fx *Effects, keepID bool) {
 	if len(m.owned) > 0 {
 		lost := m.owned
@@ -86,7 +95,7 @@ func (m *Machine) reset(fx *Effects, keepID bool) {
 		m.wait(m.nextToken, afterJoin)
 	}
 	m.joinID, m.syncID, m.metaID = 0, 0, 0
-	m.generation = assignor.DefaultGeneration
+	m.generation, m.prevGeneration = assignor.DefaultGeneration, assignor.DefaultGeneration
 	m.revokeSince = time.Time{}
 	m.protocol, m.leader, m.members, m.assignedFrom = "", false, nil, nil
 	if !keepID {
@@ -178,7 +187,7 @@ func (m *Machine) onJoin(r *pb.JoinGroupResponse, err error, fx *Effects) {
 		return
 	}
 	m.memberID = r.GetMemberId()
-	m.generation = r.GetGenerationId()
+	m.moveTo(r.GetGenerationId())
 	m.protocol = r.GetProtocolName()
 	m.leader = r.GetLeader() == m.memberID
 	m.answered(fx)

@@ -103,13 +103,14 @@ type Machine struct {
 	joinID, syncID    uint64
 	hbID, metaID      uint64
 	findID, leaveID   uint64
-	// The join and sync in flight when Close began (onClosingAnswer), and
-	// the generation a closing member left for the one such a join formed
-	// (-1: none), which it returns to if that one was lost in a failover.
+	// The join and sync in flight when Close began (onClosingAnswer).
 	closingJoinID, closingSyncID uint64
-	closingPrevGen               int32
-	hbGeneration                 int32
-	commits                      map[uint64]commitInFlight
+	// prevGeneration is the generation a JoinGroup answer moved the member
+	// from, until a SyncGroup answer confirms the new one (-1: none): a
+	// closing member returns to it if a failover lost the new one.
+	prevGeneration int32
+	hbGeneration   int32
+	commits        map[uint64]commitInFlight
 
 	waitToken  uint64
 	waitThen   after
@@ -135,12 +136,13 @@ type Machine struct {
 func New(cfg Config) *Machine {
 	p, _ := assignor.CommonProtocol(cfg.Balancers...)
 	return &Machine{
-		cfg:        cfg,
-		coopByRule: p == assignor.Cooperative,
-		generation: assignor.DefaultGeneration,
-		owned:      set{},
-		marks:      map[TopicPartition]int64{},
-		commits:    map[uint64]commitInFlight{},
+		cfg:            cfg,
+		coopByRule:     p == assignor.Cooperative,
+		generation:     assignor.DefaultGeneration,
+		prevGeneration: assignor.DefaultGeneration,
+		owned:          set{},
+		marks:          map[TopicPartition]int64{},
+		commits:        map[uint64]commitInFlight{},
 	}
 }
 

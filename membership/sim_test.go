@@ -620,11 +620,12 @@ func TestSimulatedOwnership(t *testing.T) {
 // abandoned join formed (31), a revoke limit restarted by the close's own
 // revoke (143), a closing member heartbeating in a generation a failover
 // lost (3434) or that stopped on an answer about the generation it had
-// left (2361), and the crash bound before it counted later crashes (eager
-// 135).
+// left (2361), a closing member whose generation from a join was lost with
+// its sync in a failover (24174), and the crash bound before it counted
+// later crashes (eager 135).
 var simRegressions = map[bool][]uint64{
 	false: {0, 135},
-	true:  {8, 12, 31, 143, 2361, 3434},
+	true:  {8, 12, 31, 143, 2361, 3434, 24174},
 }
 
 func lastLines(l []string, n int) []string {

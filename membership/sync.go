@@ -183,6 +183,7 @@ func (m *Machine) onSync(r *pb.SyncGroupResponse, err error, fx *Effects) {
 		return
 	}
 	m.answered(fx)
+	m.prevGeneration = assignor.DefaultGeneration // the generation is written
 	a, derr := assignor.DecodeAssignment(r.GetAssignment())
 	if derr != nil && len(r.GetAssignment()) > 0 {
 		// Not an assignment we can read: join again (Kafka requests a rejoin).
