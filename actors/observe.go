@@ -197,10 +197,11 @@ func (o *Observer) Group(id string) (GroupView, bool) {
 	return v, true
 }
 
-// describeWith makes Group read members through svc.
-func (o *Observer) describeWith(svc *Service) {
+// DescribeWith makes Group read members through describe: the Service's
+// Describe, which Start sets, or a node's router over several services.
+func (o *Observer) DescribeWith(describe func(id string) *pb.DescribeGroupResponse) {
 	o.mu.Lock()
-	o.describe = svc.describe
+	o.describe = describe
 	o.mu.Unlock()
 }
 

@@ -44,6 +44,10 @@ type Options struct {
 	// changed. now is the actor's clock reading for the request, taken
 	// just before the lease is asked.
 	Lease func(now time.Time) bool
+	// Name is the groups actor's name (default RouterName). A node that
+	// holds several shards runs a service per shard, each under its own
+	// name, behind one RouterName actor that routes by shard.
+	Name string
 }
 
 // Service is the group coordinator running on an actor system: the groups
@@ -160,16 +164,20 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if e.log == nil {
 		e.log = slog.Default()
 	}
+	name := opts.Name
+	if name == "" {
+		name = RouterName
+	}
 	pid, err := system.Root.SpawnNamed(actor.PropsFromProducer(newGroupsActor(e, !opts.Fenced),
-		actor.WithDispatcher(&workerDispatcher{w: e.workers, throughput: routerThroughput})), RouterName)
+		actor.WithDispatcher(&workerDispatcher{w: e.workers, throughput: routerThroughput})), name)
 	if err != nil {
-		return nil, fmt.Errorf("spawn %s actor: %w", RouterName, err)
+		return nil, fmt.Errorf("spawn %s actor: %w", name, err)
 	}
 	svc := &Service{Client: NewClient(system, pid), env: e}
 	svc.active.Store(!opts.Fenced)
 	svc.lost = system.EventStream.Subscribe(svc.rescueLost)
 	if opts.Observer != nil {
-		opts.Observer.describeWith(svc)
+		opts.Observer.DescribeWith(svc.Describe)
 	}
 	return svc, nil
 }
@@ -199,9 +207,9 @@ func (s *Service) rescueLost(evt any) {
 // group actor answers it at once, so waiting longer only holds up a page.
 const describeTimeout = 5 * time.Second
 
-// describe asks a group for its DescribeGroups answer; nil when none came
+// Describe asks a group for its DescribeGroups answer; nil when none came
 // in time or the group is not coordinated here.
-func (s *Service) describe(id string) *pb.DescribeGroupResponse {
+func (s *Service) Describe(id string) *pb.DescribeGroupResponse {
 	res, err := s.CallWithin(context.Background(), &pb.DescribeGroupRequest{GroupId: id}, describeTimeout)
 	d, ok := res.(*pb.DescribeGroupResponse)
 	if err != nil || !ok || d.GetErrorCode() != coordinator.ErrNone {

@@ -157,11 +157,13 @@ func cohortctlStatus(t *testing.T, n *Node) []map[string]any {
 		}
 		t.Fatalf("cohortctl cluster status: %v: %s", err, msg)
 	}
-	var rows []map[string]any
-	if err := json.Unmarshal(out, &rows); err != nil {
+	var view struct {
+		Nodes []map[string]any `json:"nodes"`
+	}
+	if err := json.Unmarshal(out, &view); err != nil {
 		t.Fatalf("cohortctl cluster status: %v\n%s", err, out)
 	}
-	return rows
+	return view.Nodes
 }
 
 // waitCohortctlHash waits until `cohortctl cluster status` lists want nodes,

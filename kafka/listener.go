@@ -61,9 +61,19 @@ type Coordinating interface {
 	Coordinating() bool
 }
 
-// coordinating reports whether the listener's Groups coordinates groups now.
-func (l *Listener) coordinating() bool {
-	if c, ok := l.groups.(Coordinating); ok {
+// GroupCoordinating is implemented by a Groups that coordinates some groups
+// and not others (a node that leads some shards of the cluster's groups).
+type GroupCoordinating interface {
+	CoordinatingGroup(id string) bool
+}
+
+// coordinating reports whether the listener's Groups coordinates group id
+// now.
+func (l *Listener) coordinating(id string) bool {
+	switch c := l.groups.(type) {
+	case GroupCoordinating:
+		return c.CoordinatingGroup(id)
+	case Coordinating:
 		return c.Coordinating()
 	}
 	return true

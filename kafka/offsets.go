@@ -41,7 +41,7 @@ func (l *Listener) prepareCommit(r *request, req *kmsg.OffsetCommitRequest, one 
 	// ones reach the coordinator. A node that does not coordinate now lets
 	// the coordinator answer (NOT_COORDINATOR): its catalog may still be
 	// catching up, and clients must look the coordinator up again.
-	check := l.coordinating()
+	check := l.coordinating(req.Group)
 	groupOK := r.groupAllowed(kmsg.ACLOperationRead, req.Group)
 	for _, t := range req.Topics {
 		denied := errNone
@@ -324,7 +324,7 @@ func (l *Listener) offsetDelete(ctx context.Context, r *request, req *kmsg.Offse
 		return resp
 	}
 	n := &grouppb.OffsetDeleteRequest{GroupId: req.Group}
-	check := l.coordinating()
+	check := l.coordinating(req.Group)
 	codes := make(map[tp]int16)
 	for _, t := range req.Topics {
 		var nt *grouppb.TopicPartitions

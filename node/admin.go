@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -49,9 +50,9 @@ func (a *adminActor) Receive(ctx actor.Context) {
 			ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 			defer cancel()
 			remove := func() error { return a.n.raft.RemoveVoter(ctx, m.GetNodeId()) }
-			if m.GetNodeId() == a.n.raft.ID() {
+			if m.GetNodeId() == a.n.raft.ID() && len(a.n.shards) == 1 {
 				// Removing the leader hands leadership over first.
-				return a.n.adminResponse(a.n.withoutLease(remove))
+				return a.n.adminResponse(a.n.shards[0].withoutLease(remove))
 			}
 			return a.n.adminResponse(remove())
 		})
@@ -66,9 +67,9 @@ func (a *adminActor) Receive(ctx actor.Context) {
 	case *securitypb.AclChange:
 		a.async(ctx, func() proto.Message { return a.n.onSecurityChange(m) })
 	case *clusterpb.TransferLeadershipRequest:
-		a.async(ctx, func() proto.Message {
-			return a.n.adminResponse(a.n.withoutLease(func() error { return a.n.raft.TransferLeadership(m.GetNodeId()) }))
-		})
+		a.async(ctx, func() proto.Message { return a.n.transferLeadership(m) })
+	case *clusterpb.BalanceRequest:
+		a.async(ctx, func() proto.Message { return a.n.adminResponse(a.n.balanceNow(adminTimeout)) })
 	}
 }
 
@@ -119,7 +120,12 @@ func (n *Node) adminResponse(err error) *clusterpb.AdminResponse {
 func (n *Node) join(m *clusterpb.JoinRequest) *clusterpb.JoinResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), adminTimeout)
 	defer cancel()
-	reg := &raftpb.NodeRegister{NodeId: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), RemoteAddr: m.GetRemoteAddr(), KafkaAddr: m.GetKafkaAddr(), KafkaListeners: m.GetKafkaListeners(), LogFormat: m.GetLogFormat()}
+	if have, want := max(int(m.GetShards()), 1), n.raft.ShardCount(); have != want {
+		err := fmt.Errorf("%w: node %s holds %d shard(s) and the cluster %d: a cluster's shard count is fixed when it is bootstrapped; start the node with --shards %d on an empty data dir",
+			raftfsm.ErrInvalidRequest, m.GetNodeId(), have, want, want)
+		return &clusterpb.JoinResponse{Error: err.Error(), Code: adminCode(err), LeaderRemoteAddr: n.leaderRemote()}
+	}
+	reg := &raftpb.NodeRegister{NodeId: m.GetNodeId(), RaftAddr: m.GetRaftAddr(), RemoteAddr: m.GetRemoteAddr(), KafkaAddr: m.GetKafkaAddr(), KafkaListeners: m.GetKafkaListeners(), LogFormat: m.GetLogFormat(), Shards: m.GetShards()}
 	if err := n.raft.Join(ctx, reg); err != nil {
 		return &clusterpb.JoinResponse{Error: err.Error(), Code: adminCode(err), LeaderRemoteAddr: n.leaderRemote()}
 	}
@@ -157,5 +163,37 @@ func (n *Node) status() *clusterpb.StatusResponse {
 		}
 		resp.Members = append(resp.Members, m)
 	}
+	for _, gs := range n.shards {
+		st := gs.rep.Status()
+		groups, _ := gs.rep.FSM.Counts()
+		resp.Shards = append(resp.Shards, &clusterpb.ShardStatus{
+			Id: uint32(gs.id), LeaderId: gs.rep.LeaderID(), State: st.State, Term: st.Term,
+			CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Groups: uint32(groups), Active: gs.active.Load(),
+		})
+	}
 	return resp
+}
+
+// transferLeadership moves leadership of a shard (or of the meta group) to
+// a node, from its leader.
+func (n *Node) transferLeadership(m *clusterpb.TransferLeadershipRequest) *clusterpb.AdminResponse {
+	if m.Shard == nil {
+		if len(n.shards) == 1 {
+			return n.adminResponse(n.shards[0].withoutLease(func() error { return n.raft.TransferLeadership(m.GetNodeId()) }))
+		}
+		return n.adminResponse(n.raft.TransferLeadership(m.GetNodeId()))
+	}
+	k := int(m.GetShard())
+	if k >= len(n.shards) {
+		return n.adminResponse(fmt.Errorf("%w: shard %d: the cluster has %d shard(s)", raftfsm.ErrInvalidRequest, k, len(n.shards)))
+	}
+	gs := n.shards[k]
+	if !gs.rep.IsLeader() {
+		r := n.adminResponse(raftfsm.ErrNotLeader)
+		if reg, ok := n.raft.FSM.Node(gs.rep.LeaderID()); ok {
+			r.LeaderRemoteAddr = reg.GetRemoteAddr()
+		}
+		return r
+	}
+	return n.adminResponse(gs.withoutLease(func() error { return gs.rep.TransferLeadership(m.GetNodeId()) }))
 }

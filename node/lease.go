@@ -4,8 +4,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/cohort-coord/cohort/internal/seededbug"
 )
 
 // leaderLease fences the answers a leader gives from its own state
@@ -95,20 +93,16 @@ func (l *leaderLease) suspend() (resume func()) {
 	}
 }
 
-// leaseHeld is the group service's fence: answers from local state only
-// under the lease. The stale-leader seeded bug answers regardless.
-func (n *Node) leaseHeld(now time.Time) bool {
-	return n.lease.Held(now) || seededbug.On("stale-leader")
-}
-
-// renewLease keeps the lease while this node leads: one VerifyLeader round
-// every fifth of the heartbeat timeout. A round that takes longer than a
-// heartbeat timeout renews nothing (the lease runs out meanwhile), and the
-// next one starts only after it is answered; the node's stop never waits
-// for one (a round is not always answered once Raft shuts down).
-func (n *Node) renewLease() {
+// renewLease keeps the shard's lease while this node leads it: one
+// VerifyLeader round every fifth of the heartbeat timeout. A round that
+// takes longer than a heartbeat timeout renews nothing (the lease runs out
+// meanwhile), and the next one starts only after it is answered; the
+// node's stop never waits for one (a round is not always answered once
+// Raft shuts down).
+func (gs *groupShard) renewLease() {
+	n := gs.n
 	defer n.bg.Done()
-	every := n.raft.HeartbeatTimeout() / 5
+	every := gs.rep.HeartbeatTimeout() / 5
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var pending chan error // the round in flight, if any
@@ -125,24 +119,16 @@ func (n *Node) renewLease() {
 		case err := <-answered:
 			pending = nil
 			if err == nil {
-				n.lease.renew(start, epoch)
+				gs.lease.renew(start, epoch)
 			}
 			continue
 		case <-t.C:
 		}
-		if pending != nil || !n.raft.IsLeader() {
+		if pending != nil || !gs.rep.IsLeader() {
 			continue
 		}
-		start, epoch = n.lease.begin()
+		start, epoch = gs.lease.begin()
 		pending = make(chan error, 1)
-		go func(ch chan error) { ch <- n.raft.VerifyLeader() }(pending)
+		go func(ch chan error) { ch <- gs.rep.VerifyLeader() }(pending)
 	}
-}
-
-// withoutLease runs a leadership hand-over with the lease dropped, so no
-// answer is given from this node's state once another node may lead.
-func (n *Node) withoutLease(f func() error) error {
-	resume := n.lease.suspend()
-	defer resume()
-	return f()
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
-	"github.com/cohort-coord/cohort/internal/seededbug"
 	"github.com/cohort-coord/cohort/kafka"
 	"github.com/cohort-coord/cohort/ops"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
@@ -74,6 +73,10 @@ type Config struct {
 	Security SecurityConfig
 	// TLS configures TLS on the node's links; off by default.
 	TLS TLSConfig
+	// ShardMoveInterval is how long a shard stays with a leader before
+	// leader placement may move it again (0: DefaultShardMoveInterval).
+	// The shard count itself is Raft.Shards.
+	ShardMoveInterval time.Duration
 }
 
 // TLSConfig chooses the links that speak TLS and the files they use. The
@@ -210,7 +213,11 @@ type Node struct {
 	caughtUp   *catchUp
 	system     *actor.ActorSystem
 	remote     *remote.Remote
-	service    *actors.Service
+	service    *actors.Service // shard 0's, the only one with one shard
+	shards     []*groupShard
+	router     *groupRouter // nil with one shard
+	moving     atomic.Bool  // a shard leadership move is in flight
+	metrics    *shardMetrics
 	kafka      *kafka.Listener   // the first of kafkas
 	kafkas     []*kafka.Listener // one per security protocol
 	stopKafka  context.CancelFunc
@@ -221,8 +228,6 @@ type Node struct {
 	stop       chan struct{}
 	bg         sync.WaitGroup
 	closeOnce  sync.Once
-	active     atomic.Bool
-	lease      *leaderLease
 	registry   *prometheus.Registry
 	observer   *actors.Observer
 	http       *ops.Server
@@ -277,7 +282,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	if n.raft, err = raftfsm.Open(rc); err != nil {
 		return nil, err
 	}
-	log.Info("listening", "listener", "raft", "addr", n.raft.Addr(), "node", rc.NodeID, "bootstrap", rc.Bootstrap)
+	log.Info("listening", "listener", "raft", "addr", n.raft.Addr(), "node", rc.NodeID, "bootstrap", rc.Bootstrap, "shards", n.raft.ShardCount())
 	n.caughtUp = newCatchUp(n.raft.Replica)
 	cat := n.raft.Catalog
 	cfg.Group.Partitions = func(topic string) (int32, bool) {
@@ -295,14 +300,20 @@ func Start(cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	n.lease = newLeaderLease(n.raft.HeartbeatTimeout())
-	n.service, err = actors.Start(n.system, actors.Options{Config: cfg.Group, Store: n.raft.Store, Logger: log, Fenced: true, Observer: n.observer, Lease: n.leaseHeld})
-	if err != nil {
+	if err = n.startShards(); err != nil {
 		return nil, err
 	}
 	n.registerGuardMetrics()
+	if err = n.registerShardMetrics(); err != nil {
+		return nil, err
+	}
 	if _, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &adminActor{n: n} }), AdminName); err != nil {
 		return nil, fmt.Errorf("spawn %s actor: %w", AdminName, err)
+	}
+	if n.router != nil {
+		if _, err = n.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &routerActor{r: n.router} }), actors.RouterName); err != nil {
+			return nil, fmt.Errorf("spawn %s actor: %w", actors.RouterName, err)
+		}
 	}
 	if n.remote != nil {
 		log.Info("listening", "listener", "remote", "addr", n.remoteAddr, "actors", actors.RouterName+","+AdminName)
@@ -324,9 +335,16 @@ func Start(cfg Config) (_ *Node, err error) {
 	if err = n.startHTTP(); err != nil {
 		return nil, err
 	}
-	n.bg.Add(2)
-	go n.watchLeadership()
-	go n.renewLease()
+	for _, gs := range n.shards {
+		n.bg.Add(2)
+		go gs.watch()
+		go gs.renewLease()
+	}
+	if len(n.shards) > 1 {
+		n.bg.Add(2)
+		go n.watchMeta()
+		go n.keepShards()
+	}
 	go n.stopOnHalt()
 	if n.remote != nil {
 		n.bg.Add(1)
@@ -342,71 +360,19 @@ func KafkaNodeID(id string) int32 {
 	return int32(h.Sum32() & 0x7fffffff)
 }
 
-// watchLeadership runs the group service on the leader only: on gaining
-// leadership it waits until every earlier entry is applied (barrier), then
-// loads every group, its members' sessions carried over from the previous
-// leader (coordinator.TakeoverSessions); on losing it, it stops them at
-// once.
-func (n *Node) watchLeadership() {
-	defer n.bg.Done()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case leader := <-n.raft.Leadership():
-			if leader {
-				n.onLeader()
-				continue
-			}
-			if seededbug.On("stale-leader") {
-				continue
-			}
-			n.lease.drop()
-			n.log.Info("leadership lost: group service fenced")
-			n.active.Store(false)
-			if err := n.service.Deactivate(activateTimeout); err != nil {
-				n.log.Error("fence group service", "err", err)
-			}
-		}
+// registeredShards is the shard count a node registers: 0 for one shard,
+// so that a one-shard cluster's registry reads as it did before shards.
+func (n *Node) registeredShards() uint32 {
+	if c := n.raft.ShardCount(); c > 1 {
+		return uint32(c)
 	}
-}
-
-func (n *Node) onLeader() {
-	start := time.Now()
-	// The last time this node heard from the previous leader: the
-	// coordinator it takes over from was alive then (zero when this node
-	// has heard from no leader since it started).
-	previousAlive := n.raft.LastLeaderContact()
-	// The barrier's commit is a quorum's confirmation too: the lease holds
-	// from the moment it was sent.
-	at, epoch := n.lease.begin()
-	if err := n.raft.Barrier(activateTimeout); err != nil {
-		n.log.Warn("leader barrier failed", "err", err)
-		return
-	}
-	if !n.raft.IsLeader() {
-		return
-	}
-	n.lease.renew(at, epoch)
-	if err := n.service.ActivateAfter(activateTimeout, previousAlive); err != nil {
-		n.log.Error("activate group service", "err", err)
-		return
-	}
-	n.active.Store(true)
-	groups, _ := n.raft.FSM.Groups()
-	n.log.Info("leader: group service active", "groups", len(groups), "took", time.Since(start))
-	ctx, cancel := context.WithTimeout(context.Background(), activateTimeout)
-	defer cancel()
-	if err := n.raft.Register(ctx, n.self()); err != nil {
-		n.log.Warn("register self", "err", err)
-	}
-	n.bootstrapScram(ctx)
+	return 0
 }
 
 func (n *Node) self() *raftpb.NodeRegister {
 	listeners := n.advertisedListeners()
 	return &raftpb.NodeRegister{NodeId: n.raft.ID(), RaftAddr: n.raft.Addr(), RemoteAddr: n.remoteAddr,
-		KafkaAddr: listeners[n.firstListener()], KafkaListeners: listeners, LogFormat: n.raft.AgreedLogFormat()}
+		KafkaAddr: listeners[n.firstListener()], KafkaListeners: listeners, LogFormat: n.raft.AgreedLogFormat(), Shards: n.registeredShards()}
 }
 
 // register makes sure the cluster knows this node and its current
@@ -466,7 +432,7 @@ func (n *Node) joinTargets() []string {
 // askJoin sends a JoinRequest to a member, following it to the leader.
 func (n *Node) askJoin(addr string) error {
 	reg := n.self()
-	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr, KafkaListeners: reg.KafkaListeners, LogFormat: reg.LogFormat}
+	join := &clusterpb.JoinRequest{NodeId: reg.NodeId, RaftAddr: reg.RaftAddr, RemoteAddr: reg.RemoteAddr, KafkaAddr: reg.KafkaAddr, KafkaListeners: reg.KafkaListeners, LogFormat: reg.LogFormat, Shards: max(reg.Shards, 1)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	go func() {
@@ -481,9 +447,8 @@ func (n *Node) askJoin(addr string) error {
 }
 
 // replicaFor returns the replica that holds a group's state and whose
-// leader coordinates it: today the node's only one. Choosing a group's
-// shard belongs here.
-func (n *Node) replicaFor(groupID string) *raftfsm.Replica { return n.raft.Replica }
+// leader coordinates it: the replica of the group's shard.
+func (n *Node) replicaFor(groupID string) *raftfsm.Replica { return n.shardOf(groupID).rep }
 
 // coordinatorFor answers FindCoordinator for a group key on a listener: the
 // Kafka address, on that listener, of the leader of the group's replica. A
@@ -566,13 +531,14 @@ func (n *Node) TLS() *tlsconfig.Source { return n.tls }
 // as what it had acknowledged before it started (see catchUp).
 func (n *Node) CaughtUp() bool { return n.caughtUp.Ready() }
 
-// Active reports whether this node coordinates groups now (it leads).
-func (n *Node) Active() bool { return n.active.Load() }
+// Active reports whether this node coordinates groups now: with one
+// shard, that it leads; with several, that it leads shard 0.
+func (n *Node) Active() bool { return n.shards[0].active.Load() }
 
-// WaitActive waits until this node coordinates groups.
+// WaitActive waits until this node coordinates groups (Active).
 func (n *Node) WaitActive(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	for !n.active.Load() {
+	for !n.Active() {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("node %s did not become the coordinator within %v", n.raft.ID(), timeout)
 		}
@@ -599,14 +565,29 @@ func (n *Node) Service() *actors.Service { return n.service }
 // RemoteAddr returns the address the native API listens on.
 func (n *Node) RemoteAddr() string { return n.remoteAddr }
 
-// Shutdown stops the node gracefully: a leader first hands leadership to
-// another voter, so members see a failover without a session timeout.
+// Shutdown stops the node gracefully: a leader first hands leadership of
+// every shard it leads (and of the meta group) to another voter, so
+// members see a failover without a session timeout.
 func (n *Node) Shutdown() error {
-	if n.raft != nil && n.raft.IsLeader() && len(n.raft.Voters()) > 1 {
-		if err := n.withoutLease(func() error { return n.raft.TransferLeadership("") }); err != nil {
-			n.log.Warn("leadership transfer before shutdown failed", "err", err)
-		} else {
-			n.log.Info("leadership transferred before shutdown", "leader", n.raft.LeaderID())
+	if n.raft != nil && len(n.raft.Voters()) > 1 {
+		var wg sync.WaitGroup
+		for _, gs := range n.shards {
+			if !gs.rep.IsLeader() {
+				continue
+			}
+			wg.Go(func() {
+				if err := gs.withoutLease(func() error { return gs.rep.TransferLeadership("") }); err != nil {
+					n.log.Warn("leadership transfer before shutdown failed", append(gs.attrs(), "err", err)...)
+				} else {
+					n.log.Info("leadership transferred before shutdown", append(gs.attrs(), "leader", gs.rep.LeaderID())...)
+				}
+			})
+		}
+		wg.Wait()
+		if len(n.shards) > 1 && n.raft.IsLeader() {
+			if err := n.raft.TransferLeadership(""); err != nil {
+				n.log.Warn("meta leadership transfer before shutdown failed", "err", err)
+			}
 		}
 	}
 	return n.Close()
@@ -629,8 +610,8 @@ func (n *Node) Close() error {
 			err = n.raft.Close()
 		}
 		n.bg.Wait()
-		if n.service != nil {
-			n.service.Stop()
+		for _, gs := range n.shards {
+			gs.svc.Stop()
 		}
 		if n.remote != nil {
 			n.remote.Shutdown(true)

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cohort-coord/cohort/actors"
+	"github.com/cohort-coord/cohort/coordinator"
 	"github.com/cohort-coord/cohort/internal/buildinfo"
 	"github.com/cohort-coord/cohort/ops"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
@@ -27,6 +28,15 @@ var readyChecks = []readyCheck{
 		if n.raft.LeaderID() == "" {
 			return errors.New("no Raft leader known")
 		}
+		var none []int
+		for _, gs := range n.shards {
+			if gs.rep.LeaderID() == "" {
+				none = append(none, gs.id)
+			}
+		}
+		if len(none) > 0 {
+			return fmt.Errorf("no leader known for shard(s) %v", none)
+		}
 		return nil
 	}},
 	{"caught-up", func(n *Node) error {
@@ -36,16 +46,21 @@ var readyChecks = []readyCheck{
 		return nil
 	}},
 	{"groups-loaded", func(n *Node) error {
-		if !n.raft.IsLeader() {
-			return nil
+		var errs []error
+		for _, gs := range n.shards {
+			name := "leader"
+			if len(n.shards) > 1 {
+				name = fmt.Sprintf("leader of shard %d", gs.id)
+			}
+			switch {
+			case !gs.rep.IsLeader():
+			case !gs.active.Load():
+				errs = append(errs, fmt.Errorf("%s, but its group service is not active yet", name))
+			case gs.svc.Loading() > 0:
+				errs = append(errs, fmt.Errorf("%s, %d groups still loading", name, gs.svc.Loading()))
+			}
 		}
-		if !n.active.Load() {
-			return errors.New("leader, but its group service is not active yet")
-		}
-		if k := n.service.Loading(); k > 0 {
-			return fmt.Errorf("leader, %d groups still loading", k)
-		}
-		return nil
+		return errors.Join(errs...)
 	}},
 }
 
@@ -101,16 +116,24 @@ func (n *Node) registerGuardMetrics() {
 	if n.cfg.MetricsOff {
 		return
 	}
-	svc := n.service
+	sum := func(f func(coordinator.GuardStats) uint64) func() float64 {
+		return func() float64 {
+			var t uint64
+			for _, gs := range n.shards {
+				t += f(gs.svc.GuardStats())
+			}
+			return float64(t)
+		}
+	}
 	n.registry.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cohort_group_guard_withheld_partitions_total",
 			Help: "Partitions the ownership guard left out of a SyncGroup answer because another member still owned them.",
-		}, func() float64 { return float64(svc.GuardStats().Withheld) }),
+		}, sum(func(s coordinator.GuardStats) uint64 { return s.Withheld })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "cohort_group_guard_follow_up_rebalances_total",
 			Help: "Rebalances the ownership guard started to hand withheld partitions over once their owners released them.",
-		}, func() float64 { return float64(svc.GuardStats().FollowUps) }),
+		}, sum(func(s coordinator.GuardStats) uint64 { return s.FollowUps })),
 	)
 }
 

@@ -155,7 +155,7 @@ func (n *Node) startKafka(base kafka.Config) error {
 			SASL: ln.Protocol.SASL(), Mechanisms: n.cfg.Security.SASLMechanisms,
 			Store: store, Authorizer: authz, Admin: n,
 		}
-		l, err := kafka.New(kcfg, n.service, n.raft.Catalog, n.log.With("component", "kafka", "protocol", name))
+		l, err := kafka.New(kcfg, n.groups(), n.raft.Catalog, n.log.With("component", "kafka", "protocol", name))
 		if err != nil {
 			for _, l := range n.kafkas {
 				l.Close()

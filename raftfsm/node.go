@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/cohort-coord/cohort/catalog"
 	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
+	"github.com/cohort-coord/cohort/raftfsm/raftmux"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
@@ -58,6 +60,12 @@ type Config struct {
 	// to a version that predates log formats; registering the newest again
 	// (a restart without it) lets the format rise.
 	LogFormat uint32
+	// Shards is how many Raft groups hold the cluster's consumer groups,
+	// chosen when the data dir is first used and fixed from then on (0:
+	// what the data dir holds, 1 for a new one). With 1 the meta group
+	// holds the groups too: the layout of every data dir written before
+	// shards existed. See ShardCount.
+	Shards int
 	// LogCache is how many of the most recent log entries are kept in
 	// memory as well as in the log file (0: DefaultLogCache; negative: none).
 	// A leader reads every entry back once per follower to send it, and a
@@ -115,6 +123,12 @@ type Node struct {
 	addr      raft.ServerAddress
 	transport *raft.NetworkTransport
 	logs      *raftboltdb.BoltStore
+	// mux carries every Raft group of a sharded node on the one port; nil
+	// with one shard (the meta group hosts the groups, as before shards).
+	mux *raftmux.Mux
+	// shards are the replicas that hold groups, by shard: the meta
+	// replica itself when the cluster has one shard.
+	shards []*Replica
 	// unregister undoes RegisterMetrics on Close.
 	unregister []func()
 	logged     []*raftpb.NodeRegister
@@ -139,35 +153,113 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	shards, err := shardCount(cfg.Dir, cfg.Shards)
+	if err != nil {
+		return nil, err
+	}
 	hl := newHclog(cfg.Logger, "raft")
-	tc := &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: hl}
+	tc := raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: hl}
 	var peers peerAddrs
 	if len(cfg.PeerAddrs) > 0 {
 		peers = maps.Clone(peerAddrs(cfg.PeerAddrs))
 		tc.ServerAddressProvider = peers
 	}
-	var transport *raft.NetworkTransport
+	n := &Node{Catalog: catalog.New(), cfg: cfg}
 	var stream *tlsStream
-	if cfg.TLS != nil {
+	switch {
+	case shards > 1:
+		// Every Raft group of the node shares one port: the meta group is
+		// shard 0 of the mux, group shard k is k+1.
+		mcfg := raftmux.Config{TLS: cfg.TLS, Logger: cfg.Logger}
+		names := newPeerNames(cfg.PeerAddrs)
+		mcfg.ServerName = names.lookup
+		if n.mux, err = raftmux.Listen(bind, mcfg); err != nil {
+			return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
+		}
+		defer func() { names.raft.Store(n.Replica.raftOrNil()) }()
+		layer, _ := n.mux.Shard(0)
+		mtc := tc
+		mtc.Stream = layer
+		n.transport = raft.NewNetworkTransportWithConfig(&mtc)
+	case cfg.TLS != nil:
 		if stream, err = newTLSStream(bind, cfg.TLS, cfg.PeerAddrs, cfg.Logger); err != nil {
 			return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
 		}
-		tc.Stream = stream
-		transport = raft.NewNetworkTransportWithConfig(tc)
-	} else if transport, err = raft.NewTCPTransportWithConfig(bind, nil, tc); err != nil {
-		return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
+		ttc := tc
+		ttc.Stream = stream
+		n.transport = raft.NewNetworkTransportWithConfig(&ttc)
+	default:
+		ttc := tc
+		if n.transport, err = raft.NewTCPTransportWithConfig(bind, nil, &ttc); err != nil {
+			return nil, fmt.Errorf("raft listener on %s: %w", bind, err)
+		}
 	}
+	n.addr = n.transport.LocalAddr()
 	if _, ok := peers[cfg.NodeID]; peers != nil && !ok {
 		// The transport asks the provider for this node's own address on
 		// every RPC it sends (and logs a warning when it has none).
-		peers[cfg.NodeID] = string(transport.LocalAddr())
+		peers[cfg.NodeID] = string(n.addr)
 	}
-	if err := os.WriteFile(filepath.Join(cfg.Dir, "raft-addr"), []byte(transport.LocalAddr()), 0o644); err != nil {
-		transport.Close()
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "raft-addr"), []byte(n.addr), 0o644); err != nil {
+		n.closeTransports()
 		return nil, err
 	}
-	logs, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.Dir, "raft.db"),
+	meta, err := openReplica(cfg, cfg.Dir, n.transport, NewFSM(n.Catalog, cfg.Logger), n.addr, hl)
+	if err != nil {
+		n.closeTransports()
+		return nil, err
+	}
+	n.Replica, n.logs = meta, meta.logs
+	if stream != nil {
+		stream.raft.Store(meta.raft)
+	}
+	if shards > 1 {
+		for k := range shards {
+			layer, _ := n.mux.Shard(uint16(k + 1))
+			stc := tc
+			stc.Stream = layer
+			tr := raft.NewNetworkTransportWithConfig(&stc)
+			// A shard's FSM applies group writes only; its catalog stays
+			// empty (the meta group's is the cluster's).
+			rep, err := openReplica(cfg, ShardDir(cfg.Dir, k), tr, NewFSM(catalog.New(), cfg.Logger.With("shard", k)), n.addr, hl.Named(fmt.Sprintf("shard-%02d", k)))
+			if err != nil {
+				tr.Close()
+				n.Close()
+				return nil, fmt.Errorf("shard %d: %w", k, err)
+			}
+			rep.shard = k
+			n.shards = append(n.shards, rep)
+		}
+	} else {
+		n.shards = []*Replica{meta}
+	}
+	if err := n.readLoggedNodes(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("read the node registry from the log: %w", err)
+	}
+	n.Catalog.SetProposer(n.ProposeTopic)
+	return n, nil
+}
+
+// openReplica opens one Raft group's replica in dir over transport: the
+// log and stable store in raft-boltdb (fsync on every write), file
+// snapshots, and the group-commit store. The replica owns transport from
+// here on, also when it fails.
+func openReplica(cfg Config, dir string, transport *raft.NetworkTransport, fsm *FSM, addr raft.ServerAddress, hl hclog.Logger) (_ *Replica, err error) {
+	var logs *raftboltdb.BoltStore
+	defer func() {
+		if err != nil {
+			transport.Close()
+			if logs != nil {
+				logs.Close()
+			}
+		}
+	}()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raft dir: %w", err)
+	}
+	logs, err = raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(dir, "raft.db"),
 		// Log truncation after snapshots frees pages all the time. With
 		// bolt's defaults every commit rewrites the whole free list (an
 		// array), so each write grew slower as the file aged. The free
@@ -180,21 +272,17 @@ func Open(cfg Config) (*Node, error) {
 		},
 	})
 	if errors.Is(err, bbolt.ErrTimeout) {
-		transport.Close()
-		return nil, fmt.Errorf("raft log %s is held by another process (is a cohortd already running on this data dir?)", filepath.Join(cfg.Dir, "raft.db"))
+		logs = nil
+		return nil, fmt.Errorf("raft log %s is held by another process (is a cohortd already running on this data dir?)", filepath.Join(dir, "raft.db"))
 	}
 	if err != nil {
-		transport.Close()
+		logs = nil
 		return nil, fmt.Errorf("raft log: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 2, hl)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
 	if err != nil {
-		transport.Close()
-		logs.Close()
 		return nil, fmt.Errorf("raft snapshots: %w", err)
 	}
-	cat := catalog.New()
-	fsm := NewFSM(cat, cfg.Logger)
 	leaderCh := make(chan bool, 16)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -222,52 +310,37 @@ func Open(cfg Config) (*Node, error) {
 		rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
 	}
 	if err := raft.ValidateConfig(rc); err != nil {
-		transport.Close()
-		logs.Close()
 		return nil, err
 	}
 	existing, err := raft.HasExistingState(logs, logs, snaps)
 	if err != nil {
-		transport.Close()
-		logs.Close()
 		return nil, err
 	}
 	var logStore raft.LogStore = logs
 	if size := cmp.Or(cfg.LogCache, DefaultLogCache); size > 0 {
 		if logStore, err = raft.NewLogCache(size, logs); err != nil {
-			transport.Close()
-			logs.Close()
 			return nil, err
 		}
 	}
 	r, err := raft.NewRaft(rc, fsm, logStore, logs, snaps, transport)
 	if err != nil {
-		transport.Close()
-		logs.Close()
 		return nil, err
 	}
-	if stream != nil {
-		stream.raft.Store(r)
+	timeout := cfg.ApplyTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
 	}
-	rep := &Replica{raft: r, FSM: fsm, id: cfg.NodeID, logStore: logs, leaderCh: leaderCh, timeout: cfg.ApplyTimeout}
-	n := &Node{Replica: rep, Catalog: cat, cfg: cfg, addr: transport.LocalAddr(), transport: transport, logs: logs}
-	if err := n.readLoggedNodes(); err != nil {
-		n.Close()
-		return nil, fmt.Errorf("read the node registry from the log: %w", err)
-	}
+	rep := &Replica{raft: r, FSM: fsm, id: cfg.NodeID, logStore: logs, leaderCh: leaderCh, timeout: timeout, logs: logs, transport: transport}
 	if cfg.Bootstrap && !existing {
-		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: n.addr}}}
+		boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: addr}}}
 		if err := r.BootstrapCluster(boot).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			n.Close()
+			rep.close()
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	if cfg.ApplyTimeout <= 0 {
-		cfg.ApplyTimeout = 5 * time.Second
-	}
-	n.Store = NewStore(r, fsm, cfg.ApplyTimeout)
-	cat.SetProposer(n.ProposeTopic)
-	return n, nil
+	rep.Store = NewStore(r, fsm, timeout)
+	rep.watchPeers()
+	return rep, nil
 }
 
 // HasState reports whether dir already holds Raft state.
@@ -351,25 +424,36 @@ func (n *Node) register(ctx context.Context, reg *raftpb.NodeRegister) error {
 // reports whether the format is LogFormat now. Leader only; a failure
 // leaves the format as it was (the next registration tries again).
 func (n *Node) RaiseLogFormat(ctx context.Context) bool {
+	return n.RaiseShardLogFormat(ctx, n.Replica)
+}
+
+// RaiseShardLogFormat is RaiseLogFormat for one replica's log: each shard's
+// log has its own format entry, raised by the shard's leader once every
+// voter of the shard registered (in the meta group) that it applies it.
+func (n *Node) RaiseShardLogFormat(ctx context.Context, r *Replica) bool {
 	n.formatMu.Lock()
 	defer n.formatMu.Unlock()
-	if n.FSM.LogFormat() >= LogFormat {
+	if r.FSM.LogFormat() >= LogFormat {
 		return true
 	}
-	voters := n.Voters()
+	voters := r.Voters()
 	if len(voters) == 0 {
 		return false
 	}
 	for _, id := range voters {
-		if r, ok := n.FSM.Node(id); !ok || registeredFormat(r) < LogFormat {
+		if reg, ok := n.FSM.Node(id); !ok || registeredFormat(reg) < LogFormat {
 			return false
 		}
 	}
-	if err := n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT, &raftpb.LogFormat{Format: LogFormat}); err != nil {
-		n.cfg.Logger.Warn("raise the log format", "format", LogFormat, "err", err)
+	data, err := encodeCommand(raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT, &raftpb.LogFormat{Format: LogFormat})
+	if err == nil {
+		err = r.Propose(ctx, data)
+	}
+	if err != nil {
+		n.cfg.Logger.Warn("raise the log format", "format", LogFormat, "shard", r.shard, "err", err)
 		return false
 	}
-	n.cfg.Logger.Info("log format raised: every voter applies it", "format", LogFormat, "voters", len(voters))
+	n.cfg.Logger.Info("log format raised: every voter applies it", "format", LogFormat, "voters", len(voters), "shard", r.shard)
 	return true
 }
 
@@ -378,18 +462,38 @@ func (n *Node) Unregister(ctx context.Context, id string) error {
 	return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE, &raftpb.NodeRemove{NodeId: id})
 }
 
-// Close shuts the node down.
+// Close shuts the node down: every shard's replica, then the meta group's,
+// then the shared Raft port.
 func (n *Node) Close() error {
 	for _, f := range n.unregister {
 		f()
 	}
-	if n.Store != nil {
-		n.Store.Close()
+	var errs []error
+	for _, r := range n.shards {
+		if r != n.Replica {
+			errs = append(errs, r.close())
+		}
 	}
-	err := n.raft.Shutdown().Error()
-	n.transport.Close()
-	n.logs.Close()
-	return err
+	if n.Replica != nil {
+		errs = append(errs, n.Replica.close())
+	} else {
+		n.closeTransports()
+	}
+	if n.mux != nil {
+		n.mux.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// closeTransports closes the meta transport and the mux of a node whose
+// replicas did not open.
+func (n *Node) closeTransports() {
+	if n.transport != nil {
+		n.transport.Close()
+	}
+	if n.mux != nil {
+		n.mux.Close()
+	}
 }
 
 var _ io.Closer = (*Node)(nil)

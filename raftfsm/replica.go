@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // Replica is this node's copy of one Raft group: the Raft instance, the FSM
@@ -28,6 +30,34 @@ type Replica struct {
 	leaderCh <-chan bool
 	held     heldCache // Holds
 	timeout  time.Duration
+	shard    int // which shard of the node's groups it holds (0 with one)
+
+	logs      *raftboltdb.BoltStore
+	transport *raft.NetworkTransport
+	health    peerHealth // PeerSettled
+}
+
+// Shard is the shard of the cluster's groups this replica holds.
+func (r *Replica) Shard() int { return r.shard }
+
+// close stops the replica's store and Raft, and closes its transport and
+// log.
+func (r *Replica) close() error {
+	if r.Store != nil {
+		r.Store.Close()
+	}
+	r.stopWatchingPeers()
+	err := r.raft.Shutdown().Error()
+	r.transport.Close()
+	r.logs.Close()
+	return err
+}
+
+func (r *Replica) raftOrNil() *raft.Raft {
+	if r == nil {
+		return nil
+	}
+	return r.raft
 }
 
 // Status is a replica's Raft state at one moment.
@@ -167,4 +197,78 @@ func (r *Replica) TransferLeadership(id string) error {
 		}
 	}
 	return fmt.Errorf("%w: node %q is not in the cluster", ErrUnknownNode, id)
+}
+
+// peerHealth is what a leading replica saw of its peers' heartbeats:
+// hashicorp/raft reports a peer whose heartbeats fail, and when they
+// resume. It is cleared on every leader change (a view from an earlier
+// term says nothing now).
+type peerHealth struct {
+	mu      sync.Mutex
+	failing map[string]bool
+	since   map[string]time.Time // when the peer's heartbeats last resumed
+	reset   time.Time            // the last leader change
+	obs     *raft.Observer
+	done    chan struct{}
+}
+
+func (r *Replica) watchPeers() {
+	ch := make(chan raft.Observation, 64)
+	h := &r.health
+	h.failing, h.since, h.reset, h.done = map[string]bool{}, map[string]time.Time{}, time.Now(), make(chan struct{})
+	h.obs = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
+			return true
+		}
+		return false
+	})
+	r.raft.RegisterObserver(h.obs)
+	go func() {
+		for {
+			select {
+			case <-h.done:
+				return
+			case o := <-ch:
+				h.mu.Lock()
+				switch d := o.Data.(type) {
+				case raft.FailedHeartbeatObservation:
+					h.failing[string(d.PeerID)] = true
+				case raft.ResumedHeartbeatObservation:
+					delete(h.failing, string(d.PeerID))
+					h.since[string(d.PeerID)] = time.Now()
+				case raft.LeaderObservation:
+					clear(h.failing)
+					clear(h.since)
+					h.reset = time.Now()
+				}
+				h.mu.Unlock()
+			}
+		}
+	}()
+}
+
+func (r *Replica) stopWatchingPeers() {
+	if r.health.obs != nil {
+		r.raft.DeregisterObserver(r.health.obs)
+		close(r.health.done)
+	}
+}
+
+// PeerSettled reports whether this replica, as leader, has seen peer id
+// answer its heartbeats for at least settle: none failed since the last
+// leader change or since they last resumed, settle or more ago. A peer
+// that just came back is not settled until it kept up for that long.
+func (r *Replica) PeerSettled(id string, settle time.Duration) bool {
+	h := &r.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.failing[id] {
+		return false
+	}
+	since, ok := h.since[id]
+	if !ok {
+		since = h.reset
+	}
+	return time.Since(since) >= settle
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cohort-coord/cohort/membership"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
+	"github.com/cohort-coord/cohort/shard"
 )
 
 // clusterActor is the well-known name of cohortd's cluster administration
@@ -147,6 +148,20 @@ func (t *nativeTransport) find(group string) (any, error) {
 // coordinates every group; once groups are spread over shards, the answer
 // depends on group.
 func coordinatorIn(st *clusterpb.StatusResponse, addr, group string) string {
+	if shards := st.GetShards(); len(shards) > 1 {
+		// Several shards: the group's coordinator is the leader of its
+		// shard (listed by shard id).
+		leader := shards[shard.Of(group, len(shards))].GetLeaderId()
+		if leader == st.GetNodeId() {
+			return addr
+		}
+		for _, m := range st.GetMembers() {
+			if m.GetNodeId() == leader && leader != "" {
+				return m.GetRemoteAddr()
+			}
+		}
+		return ""
+	}
 	if st.GetState() == "Leader" {
 		return addr
 	}

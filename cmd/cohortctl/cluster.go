@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,13 +29,14 @@ import (
 //	cohortctl cluster [--remote host:port] [--listen host:port] status
 //	cohortctl cluster add-voter NODE_ID RAFT_ADDR
 //	cohortctl cluster remove-voter NODE_ID
-//	cohortctl cluster transfer-leadership [NODE_ID]
+//	cohortctl cluster transfer-leadership [--shard K] [NODE_ID]
+//	cohortctl cluster balance
 //
 // --remote is the native API address of any node ($COHORT_REMOTE_ADDR, else
 // 127.0.0.1:8090). Only the leader changes the configuration: another node
 // answers with the leader's address, and the command sends the request
 // there. --listen is the command's own endpoint, which the nodes answer to.
-const clusterCommands = "status | add-voter NODE_ID RAFT_ADDR | remove-voter NODE_ID | transfer-leadership [NODE_ID]"
+const clusterCommands = "status | add-voter NODE_ID RAFT_ADDR | remove-voter NODE_ID | transfer-leadership [--shard K] [NODE_ID] | balance"
 
 func (c *cli) cluster(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("cluster", flag.ContinueOnError)
@@ -58,12 +60,20 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 		req = &clusterpb.AddVoterRequest{NodeId: rest[1], RaftAddr: rest[2]}
 	case rest[0] == "remove-voter" && len(rest) == 2:
 		req = &clusterpb.RemoveVoterRequest{NodeId: rest[1]}
-	case rest[0] == "transfer-leadership" && len(rest) <= 2:
-		r := &clusterpb.TransferLeadershipRequest{}
-		if len(rest) == 2 {
-			r.NodeId = rest[1]
+	case rest[0] == "transfer-leadership":
+		// A shard's transfer goes to the shard's leader: a node that does
+		// not lead the shard answers NOT_LEADER with its address.
+		r, err := transferRequest(rest[1:])
+		if err != nil {
+			return err
 		}
 		req = r
+	case rest[0] == "balance" && len(rest) == 1:
+		a, err := c.adminListen(ctx, *listen, addr)
+		if err != nil {
+			return err
+		}
+		return c.balance(ctx, a, addr)
 	default:
 		return fmt.Errorf("%w: cluster %s", errUsage, clusterCommands)
 	}
@@ -123,14 +133,38 @@ type nodeStatus struct {
 	Error            string   `json:"error,omitempty"`
 }
 
+// clusterView is `cluster status --json`: the nodes, and the shards that
+// hold the cluster's groups with each node's replica of them.
+type clusterView struct {
+	Nodes  []nodeStatus  `json:"nodes"`
+	Shards []shardStatus `json:"shards"`
+}
+
+type shardStatus struct {
+	ID       uint32         `json:"id"`
+	Leader   string         `json:"leader"`
+	Groups   uint32         `json:"groups"`
+	Replicas []shardReplica `json:"replicas"`
+}
+
+type shardReplica struct {
+	NodeID       string `json:"node_id"`
+	State        string `json:"state"`
+	AppliedIndex uint64 `json:"applied_index"`
+	CommitIndex  uint64 `json:"commit_index"`
+	Active       bool   `json:"active"`
+}
+
 // clusterStatus asks addr for the member list, then every member for its own
-// status, so the table shows whether all nodes applied the same state.
+// status, so the table shows whether all nodes applied the same state, and
+// who leads each shard.
 func (c *cli) clusterStatus(ctx context.Context, a *admin.Client, addr string) error {
 	st, err := a.Status(ctx, addr)
 	if err != nil {
 		return err
 	}
 	rows := make([]nodeStatus, len(st.Members))
+	statuses := make([]*clusterpb.StatusResponse, len(st.Members))
 	var wg sync.WaitGroup
 	for i, m := range st.Members {
 		rows[i] = nodeStatus{NodeID: m.NodeId, Suffrage: m.Suffrage, RaftAddr: m.RaftAddr, RemoteAddr: m.RemoteAddr, KafkaAddr: m.KafkaAddr}
@@ -153,6 +187,7 @@ func (c *cli) clusterStatus(ctx context.Context, a *admin.Client, addr string) e
 					return
 				}
 			}
+			statuses[i] = s
 			r.State, r.LeaderID, r.Term, r.Error = s.State, s.LeaderId, s.Term, s.Error
 			r.AppliedIndex, r.CommitIndex, r.FSMHash = s.AppliedIndex, s.CommitIndex, s.FsmHash
 			r.LogFormat, r.AppliesLogFormat = s.LogFormat, s.AppliesLogFormat
@@ -161,13 +196,106 @@ func (c *cli) clusterStatus(ctx context.Context, a *admin.Client, addr string) e
 	}
 	wg.Wait()
 	slices.SortFunc(rows, func(x, y nodeStatus) int { return cmp.Compare(x.NodeID, y.NodeID) })
-	return c.print(rows, func(w *tabwriter.Writer) {
+	view := clusterView{Nodes: rows, Shards: shardsOf(statuses)}
+	return c.print(view, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "NODE\tSUFFRAGE\tSTATE\tREADY\tLEADER\tTERM\tAPPLIED\tCOMMIT\tFSM HASH\tLOG FORMAT\tRAFT\tREMOTE\tKAFKA\tERROR")
 		for _, r := range rows {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.NodeID, r.Suffrage, r.State, readyCell(r), dash(r.LeaderID),
 				r.Term, r.AppliedIndex, r.CommitIndex, dash(r.FSMHash), formatCell(r), dash(r.RaftAddr), dash(r.RemoteAddr), dash(r.KafkaAddr), dash(r.Error))
 		}
+		if len(view.Shards) < 2 {
+			return
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "SHARD\tLEADER\tGROUPS\tAPPLIED (per node)")
+		for _, s := range view.Shards {
+			var applied []string
+			for _, r := range s.Replicas {
+				applied = append(applied, fmt.Sprintf("%s=%d", r.NodeID, r.AppliedIndex))
+			}
+			fmt.Fprintf(w, "%d\t%s\t%d\t%s\n", s.ID, dash(s.Leader), s.Groups, strings.Join(applied, " "))
+		}
 	})
+}
+
+// shardsOf merges the nodes' views of the shards: the leader as the
+// shard's leader sees itself (else as most nodes see it), its group count
+// from the leader's replica, and every node's replica.
+func shardsOf(statuses []*clusterpb.StatusResponse) []shardStatus {
+	byID := map[uint32]*shardStatus{}
+	votes := map[uint32]map[string]int{}
+	for _, st := range statuses {
+		if st == nil {
+			continue
+		}
+		for _, sh := range st.GetShards() {
+			s, ok := byID[sh.GetId()]
+			if !ok {
+				s = &shardStatus{ID: sh.GetId()}
+				byID[sh.GetId()] = s
+				votes[sh.GetId()] = map[string]int{}
+			}
+			s.Replicas = append(s.Replicas, shardReplica{NodeID: st.GetNodeId(), State: sh.GetState(), AppliedIndex: sh.GetAppliedIndex(), CommitIndex: sh.GetCommitIndex(), Active: sh.GetActive()})
+			if sh.GetLeaderId() != "" {
+				votes[sh.GetId()][sh.GetLeaderId()]++
+			}
+			if sh.GetState() == "Leader" {
+				votes[sh.GetId()][st.GetNodeId()] += len(statuses)
+				s.Groups = sh.GetGroups()
+			}
+		}
+	}
+	out := make([]shardStatus, 0, len(byID))
+	for id, s := range byID {
+		best := 0
+		for node, v := range votes[id] {
+			if v > best || (v == best && node < s.Leader) {
+				s.Leader, best = node, v
+			}
+		}
+		slices.SortFunc(s.Replicas, func(x, y shardReplica) int { return cmp.Compare(x.NodeID, y.NodeID) })
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(x, y shardStatus) int { return cmp.Compare(x.ID, y.ID) })
+	return out
+}
+
+// transferRequest parses transfer-leadership's arguments: [--shard K]
+// [NODE_ID].
+func transferRequest(args []string) (*clusterpb.TransferLeadershipRequest, error) {
+	fs := flag.NewFlagSet("transfer-leadership", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	shard := fs.Int("shard", -1, "")
+	if err := fs.Parse(args); err != nil || fs.NArg() > 1 {
+		return nil, fmt.Errorf("%w: cluster transfer-leadership [--shard K] [NODE_ID]", errUsage)
+	}
+	r := &clusterpb.TransferLeadershipRequest{NodeId: fs.Arg(0)}
+	if *shard >= 0 {
+		k := uint32(*shard)
+		r.Shard = &k
+	}
+	return r, nil
+}
+
+// balance asks every node to spread shard leaders evenly now.
+func (c *cli) balance(ctx context.Context, a *admin.Client, addr string) error {
+	st, err := a.Status(ctx, addr)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, m := range st.GetMembers() {
+		if m.GetRemoteAddr() == "" {
+			continue
+		}
+		if _, err := a.Do(ctx, m.GetRemoteAddr(), &clusterpb.BalanceRequest{}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", m.GetNodeId(), err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return c.clusterStatus(ctx, a, addr)
 }
 
 // formatCell is the cluster's log format as the node applied it, and the

@@ -86,6 +86,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.DurationVar(&r.SnapshotInterval, "raft-snapshot-interval", r.SnapshotInterval, "how often Raft checks whether to snapshot (0: hashicorp/raft's 120s)")
 	fs.Uint64Var(&r.SnapshotThreshold, "raft-snapshot-threshold", r.SnapshotThreshold, "log entries since the last snapshot that trigger one (0: hashicorp/raft's 8192)")
 	fs.Uint64Var(&r.TrailingLogs, "raft-trailing-logs", r.TrailingLogs, "log entries kept after a snapshot; a follower further behind installs the snapshot (0: hashicorp/raft's 10240)")
+	fs.IntVar(&r.Shards, "shards", r.Shards, fmt.Sprintf("Raft groups (shards) the cluster's groups are spread over, each led by one node, 1 to %d; fixed when a data dir is first used (0: what the data dir holds, 1 for a new one); every node of a cluster needs the same count", raftfsm.MaxShards))
+	fs.DurationVar(&cfg.ShardMoveInterval, "shard-move-interval", node.DefaultShardMoveInterval, "how long a shard keeps its leader before leader placement may move it again")
 	fs.Var(logFormatFlag{&r.LogFormat}, "raft-log-format", fmt.Sprintf("highest Raft log format this node agrees to, %d to %d (0: the newest, %d); %d keeps the cluster's log readable by versions before log formats, for a rollback during an upgrade", raftfsm.LogFormatPlain, raftfsm.LogFormat, raftfsm.LogFormat, raftfsm.LogFormatPlain))
 	k := &cfg.Kafka
 	fs.StringVar(&k.Addr, "kafka-addr", k.Addr, "host:port of the Kafka protocol listener; port 0 picks a free port")

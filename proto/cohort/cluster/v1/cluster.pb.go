@@ -236,8 +236,12 @@ type StatusResponse struct {
 	// pins it lower; see cohort.raft.v1.LogFormat).
 	LogFormat        uint32 `protobuf:"varint,12,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
 	AppliesLogFormat uint32 `protobuf:"varint,13,opt,name=applies_log_format,json=appliesLogFormat,proto3" json:"applies_log_format,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The shards that hold the cluster's groups, by id; a cluster of one
+	// shard lists one, whose Raft group is the one above. A group's shard is
+	// xxhash64 of its id, jump-hashed over len(shards) (package shard).
+	Shards        []*ShardStatus `protobuf:"bytes,14,rep,name=shards,proto3" json:"shards,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -361,6 +365,119 @@ func (x *StatusResponse) GetAppliesLogFormat() uint32 {
 	return 0
 }
 
+func (x *StatusResponse) GetShards() []*ShardStatus {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+// ShardStatus is one shard as a node sees it: who leads it and this node's
+// replica of it.
+type ShardStatus struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	LeaderId string                 `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// This node's Raft state in the shard.
+	State        string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	Term         uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	CommitIndex  uint64 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,6,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	// Groups in this node's replica of the shard.
+	Groups uint32 `protobuf:"varint,7,opt,name=groups,proto3" json:"groups,omitempty"`
+	// Whether this node coordinates the shard's groups now (it leads the
+	// shard and its groups are loaded).
+	Active        bool `protobuf:"varint,8,opt,name=active,proto3" json:"active,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardStatus) Reset() {
+	*x = ShardStatus{}
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardStatus) ProtoMessage() {}
+
+func (x *ShardStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
+func (*ShardStatus) Descriptor() ([]byte, []int) {
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ShardStatus) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
 // JoinRequest asks a node to add the sender as a voter (forwarded to the
 // leader). Joining again with the same id and address is a no-op.
 type JoinRequest struct {
@@ -372,14 +489,17 @@ type JoinRequest struct {
 	// Kafka listeners by security protocol name and advertised address.
 	KafkaListeners map[string]string `protobuf:"bytes,5,rep,name=kafka_listeners,json=kafkaListeners,proto3" json:"kafka_listeners,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The highest Raft log format the node applies (NodeRegister.log_format).
-	LogFormat     uint32 `protobuf:"varint,6,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	LogFormat uint32 `protobuf:"varint,6,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	// The node's shard count (0 from a version that predates shards: 1). A
+	// node whose count is not the cluster's is refused.
+	Shards        uint32 `protobuf:"varint,7,opt,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -391,7 +511,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -404,7 +524,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinRequest) GetNodeId() string {
@@ -449,6 +569,13 @@ func (x *JoinRequest) GetLogFormat() uint32 {
 	return 0
 }
 
+func (x *JoinRequest) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
 type JoinResponse struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Error            string                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
@@ -460,7 +587,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +599,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +612,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinResponse) GetError() string {
@@ -519,7 +646,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +658,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +671,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddVoterRequest) GetNodeId() string {
@@ -570,7 +697,7 @@ type RemoveVoterRequest struct {
 
 func (x *RemoveVoterRequest) Reset() {
 	*x = RemoveVoterRequest{}
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[6]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +709,7 @@ func (x *RemoveVoterRequest) String() string {
 func (*RemoveVoterRequest) ProtoMessage() {}
 
 func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[6]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +722,7 @@ func (x *RemoveVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveVoterRequest.ProtoReflect.Descriptor instead.
 func (*RemoveVoterRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RemoveVoterRequest) GetNodeId() string {
@@ -608,15 +735,18 @@ func (x *RemoveVoterRequest) GetNodeId() string {
 // TransferLeadershipRequest moves leadership to node_id, or to any up-to-date
 // voter when it is empty.
 type TransferLeadershipRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The shard whose leadership moves; unset: the meta group's (which, in a
+	// cluster of one shard, is the shard's too).
+	Shard         *uint32 `protobuf:"varint,2,opt,name=shard,proto3,oneof" json:"shard,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -628,7 +758,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -641,7 +771,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TransferLeadershipRequest) GetNodeId() string {
@@ -649,6 +779,51 @@ func (x *TransferLeadershipRequest) GetNodeId() string {
 		return x.NodeId
 	}
 	return ""
+}
+
+func (x *TransferLeadershipRequest) GetShard() uint32 {
+	if x != nil && x.Shard != nil {
+		return *x.Shard
+	}
+	return 0
+}
+
+// BalanceRequest asks every node to spread shard leaders evenly now, not
+// waiting for the move interval; answered with an AdminResponse.
+type BalanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BalanceRequest) Reset() {
+	*x = BalanceRequest{}
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BalanceRequest) ProtoMessage() {}
+
+func (x *BalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BalanceRequest.ProtoReflect.Descriptor instead.
+func (*BalanceRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 type AdminResponse struct {
@@ -662,7 +837,7 @@ type AdminResponse struct {
 
 func (x *AdminResponse) Reset() {
 	*x = AdminResponse{}
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +849,7 @@ func (x *AdminResponse) String() string {
 func (*AdminResponse) ProtoMessage() {}
 
 func (x *AdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_cohort_cluster_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +862,7 @@ func (x *AdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminResponse.ProtoReflect.Descriptor instead.
 func (*AdminResponse) Descriptor() ([]byte, []int) {
-	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AdminResponse) GetError() string {
@@ -725,7 +900,7 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12\x1a\n" +
 	"\bsuffrage\x18\x05 \x01(\tR\bsuffrage\x12\x16\n" +
 	"\x06leader\x18\x06 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\x9e\x03\n" +
+	"\rStatusRequest\"\xd6\x03\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -741,7 +916,17 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\tnot_ready\x18\v \x03(\tR\bnotReady\x12\x1d\n" +
 	"\n" +
 	"log_format\x18\f \x01(\rR\tlogFormat\x12,\n" +
-	"\x12applies_log_format\x18\r \x01(\rR\x10appliesLogFormat\"\xc2\x02\n" +
+	"\x12applies_log_format\x18\r \x01(\rR\x10appliesLogFormat\x126\n" +
+	"\x06shards\x18\x0e \x03(\v2\x1e.cohort.cluster.v1.ShardStatusR\x06shards\"\xdc\x01\n" +
+	"\vShardStatus\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12!\n" +
+	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12#\n" +
+	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x16\n" +
+	"\x06groups\x18\a \x01(\rR\x06groups\x12\x16\n" +
+	"\x06active\x18\b \x01(\bR\x06active\"\xda\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
@@ -751,7 +936,8 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12[\n" +
 	"\x0fkafka_listeners\x18\x05 \x03(\v22.cohort.cluster.v1.JoinRequest.KafkaListenersEntryR\x0ekafkaListeners\x12\x1d\n" +
 	"\n" +
-	"log_format\x18\x06 \x01(\rR\tlogFormat\x1aA\n" +
+	"log_format\x18\x06 \x01(\rR\tlogFormat\x12\x16\n" +
+	"\x06shards\x18\a \x01(\rR\x06shards\x1aA\n" +
 	"\x13KafkaListenersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x01\n" +
@@ -763,9 +949,12 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\"-\n" +
 	"\x12RemoveVoterRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"4\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"Y\n" +
 	"\x19TransferLeadershipRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x86\x01\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
+	"\x05shard\x18\x02 \x01(\rH\x00R\x05shard\x88\x01\x01B\b\n" +
+	"\x06_shard\"\x10\n" +
+	"\x0eBalanceRequest\"\x86\x01\n" +
 	"\rAdminResponse\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12,\n" +
 	"\x12leader_remote_addr\x18\x02 \x01(\tR\x10leaderRemoteAddr\x121\n" +
@@ -792,30 +981,33 @@ func file_cohort_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_cohort_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cohort_cluster_v1_cluster_proto_goTypes = []any{
 	(AdminError)(0),                   // 0: cohort.cluster.v1.AdminError
 	(*Member)(nil),                    // 1: cohort.cluster.v1.Member
 	(*StatusRequest)(nil),             // 2: cohort.cluster.v1.StatusRequest
 	(*StatusResponse)(nil),            // 3: cohort.cluster.v1.StatusResponse
-	(*JoinRequest)(nil),               // 4: cohort.cluster.v1.JoinRequest
-	(*JoinResponse)(nil),              // 5: cohort.cluster.v1.JoinResponse
-	(*AddVoterRequest)(nil),           // 6: cohort.cluster.v1.AddVoterRequest
-	(*RemoveVoterRequest)(nil),        // 7: cohort.cluster.v1.RemoveVoterRequest
-	(*TransferLeadershipRequest)(nil), // 8: cohort.cluster.v1.TransferLeadershipRequest
-	(*AdminResponse)(nil),             // 9: cohort.cluster.v1.AdminResponse
-	nil,                               // 10: cohort.cluster.v1.JoinRequest.KafkaListenersEntry
+	(*ShardStatus)(nil),               // 4: cohort.cluster.v1.ShardStatus
+	(*JoinRequest)(nil),               // 5: cohort.cluster.v1.JoinRequest
+	(*JoinResponse)(nil),              // 6: cohort.cluster.v1.JoinResponse
+	(*AddVoterRequest)(nil),           // 7: cohort.cluster.v1.AddVoterRequest
+	(*RemoveVoterRequest)(nil),        // 8: cohort.cluster.v1.RemoveVoterRequest
+	(*TransferLeadershipRequest)(nil), // 9: cohort.cluster.v1.TransferLeadershipRequest
+	(*BalanceRequest)(nil),            // 10: cohort.cluster.v1.BalanceRequest
+	(*AdminResponse)(nil),             // 11: cohort.cluster.v1.AdminResponse
+	nil,                               // 12: cohort.cluster.v1.JoinRequest.KafkaListenersEntry
 }
 var file_cohort_cluster_v1_cluster_proto_depIdxs = []int32{
 	1,  // 0: cohort.cluster.v1.StatusResponse.members:type_name -> cohort.cluster.v1.Member
-	10, // 1: cohort.cluster.v1.JoinRequest.kafka_listeners:type_name -> cohort.cluster.v1.JoinRequest.KafkaListenersEntry
-	0,  // 2: cohort.cluster.v1.JoinResponse.code:type_name -> cohort.cluster.v1.AdminError
-	0,  // 3: cohort.cluster.v1.AdminResponse.code:type_name -> cohort.cluster.v1.AdminError
-	4,  // [4:4] is the sub-list for method output_type
-	4,  // [4:4] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	4,  // 1: cohort.cluster.v1.StatusResponse.shards:type_name -> cohort.cluster.v1.ShardStatus
+	12, // 2: cohort.cluster.v1.JoinRequest.kafka_listeners:type_name -> cohort.cluster.v1.JoinRequest.KafkaListenersEntry
+	0,  // 3: cohort.cluster.v1.JoinResponse.code:type_name -> cohort.cluster.v1.AdminError
+	0,  // 4: cohort.cluster.v1.AdminResponse.code:type_name -> cohort.cluster.v1.AdminError
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_cohort_cluster_v1_cluster_proto_init() }
@@ -823,13 +1015,14 @@ func file_cohort_cluster_v1_cluster_proto_init() {
 	if File_cohort_cluster_v1_cluster_proto != nil {
 		return
 	}
+	file_cohort_cluster_v1_cluster_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_cluster_v1_cluster_proto_rawDesc), len(file_cohort_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

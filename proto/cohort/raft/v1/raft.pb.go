@@ -403,7 +403,10 @@ type NodeRegister struct {
 	KafkaListeners map[string]string `protobuf:"bytes,5,rep,name=kafka_listeners,json=kafkaListeners,proto3" json:"kafka_listeners,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The highest log format the node applies (see LogFormat); 0 from a
 	// version that predates the field, which applies format 1.
-	LogFormat     uint32 `protobuf:"varint,6,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	LogFormat uint32 `protobuf:"varint,6,opt,name=log_format,json=logFormat,proto3" json:"log_format,omitempty"`
+	// The node's shard count; 0 for one shard (and from a version that
+	// predates shards), so a one-shard cluster's registry is unchanged.
+	Shards        uint32 `protobuf:"varint,7,opt,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -476,6 +479,13 @@ func (x *NodeRegister) GetKafkaListeners() map[string]string {
 func (x *NodeRegister) GetLogFormat() uint32 {
 	if x != nil {
 		return x.LogFormat
+	}
+	return 0
+}
+
+func (x *NodeRegister) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
 	}
 	return 0
 }
@@ -777,7 +787,7 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"partitions\x18\x03 \x01(\x05R\n" +
 	"partitions\"!\n" +
 	"\vTopicDelete\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xc1\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd9\x02\n" +
 	"\fNodeRegister\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
@@ -787,7 +797,8 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12Y\n" +
 	"\x0fkafka_listeners\x18\x05 \x03(\v20.cohort.raft.v1.NodeRegister.KafkaListenersEntryR\x0ekafkaListeners\x12\x1d\n" +
 	"\n" +
-	"log_format\x18\x06 \x01(\rR\tlogFormat\x1aA\n" +
+	"log_format\x18\x06 \x01(\rR\tlogFormat\x12\x16\n" +
+	"\x06shards\x18\a \x01(\rR\x06shards\x1aA\n" +
 	"\x13KafkaListenersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"#\n" +
