@@ -532,8 +532,26 @@ func (n *Node) TLS() *tlsconfig.Source { return n.tls }
 func (n *Node) CaughtUp() bool { return n.caughtUp.Ready() }
 
 // Active reports whether this node coordinates groups now: with one
-// shard, that it leads; with several, that it leads shard 0.
-func (n *Node) Active() bool { return n.shards[0].active.Load() }
+// shard, that it leads; with several, that every shard has a leader and
+// this node leads at least one, with every shard it leads active.
+func (n *Node) Active() bool {
+	if len(n.shards) == 1 {
+		return n.shards[0].active.Load()
+	}
+	leads := false
+	for _, gs := range n.shards {
+		switch {
+		case gs.rep.LeaderID() == "":
+			return false
+		case gs.rep.IsLeader():
+			if !gs.active.Load() {
+				return false
+			}
+			leads = true
+		}
+	}
+	return leads
+}
 
 // WaitActive waits until this node coordinates groups (Active).
 func (n *Node) WaitActive(timeout time.Duration) error {
@@ -559,8 +577,13 @@ func (n *Node) Raft() *raftfsm.Node { return n.raft }
 // Topics returns the topic catalog.
 func (n *Node) Topics() *catalog.Catalog { return n.raft.Catalog }
 
-// Service returns the group service (the same the listeners use).
+// Service returns the group service of shard 0: with one shard, the one
+// the listeners use.
 func (n *Node) Service() *actors.Service { return n.service }
+
+// Groups returns what the listeners send group requests to: with several
+// shards, a router over the shards' services.
+func (n *Node) Groups() kafka.Groups { return n.groups() }
 
 // RemoteAddr returns the address the native API listens on.
 func (n *Node) RemoteAddr() string { return n.remoteAddr }
