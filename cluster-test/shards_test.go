@@ -1,0 +1,178 @@
+package clustertest
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+const testShards = 16
+
+// shardedCluster starts n nodes of a 16-shard cluster whose leader
+// placement may move a shard again one second after it last moved.
+func shardedCluster(t *testing.T, n int) *Cluster {
+	return StartCluster(t, n, func(o *Options) {
+		o.Args = append(o.Args, "--shards", fmt.Sprint(testShards), "--shard-move-interval", "1s")
+	})
+}
+
+// ShardLeaders returns how many shards each running node leads, as the
+// shards' leaders report themselves; ok is false while a shard has no
+// leader that says so.
+func (c *Cluster) ShardLeaders() (map[string]int, bool) {
+	nodes := c.Running()
+	sts, _ := c.StatusOf(nodes, 2*time.Second)
+	counts := map[string]int{}
+	for _, n := range nodes {
+		counts[n.ID] = 0
+	}
+	led := map[uint32]bool{}
+	for i, st := range sts {
+		if st == nil {
+			continue
+		}
+		for _, sh := range st.GetShards() {
+			if sh.GetState() == "Leader" && sh.GetActive() && !led[sh.GetId()] {
+				led[sh.GetId()] = true
+				counts[nodes[i].ID]++
+			}
+		}
+	}
+	return counts, len(led) == testShards
+}
+
+// waitBalanced waits until every shard has an active leader and every
+// running node leads ⌊S/N⌋ or ⌈S/N⌉ of them, and returns the counts.
+func waitBalanced(t *testing.T, c *Cluster, timeout time.Duration) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		counts, ok := c.ShardLeaders()
+		lo := testShards / len(counts)
+		hi := (testShards + len(counts) - 1) / len(counts)
+		even := ok
+		for _, k := range counts {
+			even = even && k >= lo && k <= hi
+		}
+		if even {
+			return counts
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard leaders not spread evenly within %v: %v (all led: %v)", timeout, counts, ok)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A 3-node cluster of 16 shards: every node leads 5 or 6 shards and
+// coordinates their groups. SIGKILL of one node stops only the groups of
+// the shards it led: the other groups' requests all succeed meanwhile, and
+// the stopped ones continue in the same generation once their shards'
+// new leaders serve. When the node comes back, placement gives it its share
+// of leaders again, moving shards under live groups, and no group changes
+// generation through all of it; no acknowledged commit is lost.
+func TestShardedClusterSpreadsAndSurvivesANodeLoss(t *testing.T) {
+	skipShort(t)
+	c := shardedCluster(t, 3)
+	t.Logf("leaders after bootstrap: %v", waitBalanced(t, c, 90*time.Second))
+	cfg := DefaultWorkload()
+	cfg.Groups, cfg.Members, cfg.Partitions = 12, 2, 4
+	ctx, w, before := stableWorkload(t, c, cfg)
+	w.SetCommits(true)
+
+	coordinatorOf := map[string]string{} // group -> Kafka address
+	for _, g := range w.Groups {
+		coordinatorOf[g.ID] = g.Members[0].State().Node
+	}
+	used := map[string]bool{}
+	for _, a := range coordinatorOf {
+		used[a] = true
+	}
+	if len(used) < 2 {
+		t.Fatalf("12 groups over 16 shards on 3 nodes, all coordinated by %v", slices.Collect(maps.Keys(used)))
+	}
+	counts, _ := c.ShardLeaders()
+	victim := c.Running()[0]
+	for _, n := range c.Running() {
+		if counts[n.ID] > counts[victim.ID] {
+			victim = n
+		}
+	}
+	time.Sleep(2 * time.Second) // commits and heartbeats before the kill
+	killed := time.Now()
+	c.Kill(victim.Index)
+	t.Logf("killed %s, leader of %d shards", victim.ID, counts[victim.ID])
+	waitSuccess(t, w, OpHeartbeat, killed, victim.KafkaAddr, 30*time.Second)
+	waitSuccess(t, w, OpCommit, killed, victim.KafkaAddr, 30*time.Second)
+	recovered := time.Now()
+
+	// Groups whose shard the victim did not lead saw no error at all.
+	untouched := 0
+	for _, o := range w.History.Ops() {
+		if o.Start.Before(killed) || coordinatorOf[o.Group] == victim.KafkaAddr {
+			continue
+		}
+		untouched++
+		if !o.OK() {
+			t.Errorf("group %s, not coordinated by the killed node: %s", o.Group, o)
+		}
+	}
+	if untouched == 0 {
+		t.Error("no request of a group the killed node did not coordinate")
+	}
+
+	c.Restart(victim.Index)
+	t.Logf("leaders after %s came back: %v", victim.ID, waitBalanced(t, c, 90*time.Second))
+	moved := time.Now()
+	waitSuccess(t, w, OpHeartbeat, moved, "", 30*time.Second)
+	waitSuccess(t, w, OpCommit, moved, "", 30*time.Second)
+	after, err := w.WaitStable(30*time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, v := range before {
+		if a := after[id]; a.Gen != v.Gen || !slices.Equal(a.Members, v.Members) {
+			t.Errorf("%s: generation %d %v before, %d %v after the node loss and the moves back", id, v.Gen, v.Members, a.Gen, a.Members)
+		}
+	}
+	if err := w.StopCommits(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fetched := map[OffsetKey]int64{}
+	for _, g := range w.Groups {
+		offs, _, err := FetchOffsets(ctx, g.Coord, g.Topic, g.Partitions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, o := range offs {
+			fetched[OffsetKey{g.ID, g.Topic, p}] = o
+		}
+	}
+	ops := w.History.Ops()
+	for _, err := range CheckGenerations(ops) {
+		t.Error(err)
+	}
+	for _, err := range CheckOffsets(ops, fetched) {
+		t.Error(err)
+	}
+	for _, err := range CheckFencing(ops) {
+		t.Error(err)
+	}
+	joins := 0
+	for _, o := range ops {
+		if o.Kind == OpJoin && o.Start.After(killed) {
+			joins++
+		}
+		if o.Start.After(killed) && o.Code != errNone && o.Code != kerr.NotCoordinator.Code && o.Code != kerr.CoordinatorNotAvailable.Code && o.Code != kerr.CoordinatorLoadInProgress.Code {
+			t.Errorf("after the kill: %s", o)
+		}
+	}
+	if joins > 0 {
+		t.Errorf("%d JoinGroup requests after the kill: a member lost its generation", joins)
+	}
+	t.Logf("recovered %v after the kill; %s", recovered.Sub(killed).Round(time.Millisecond), Summary(ops))
+}
