@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -8,6 +9,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
+	"github.com/cohort-coord/cohort/shard"
 )
 
 const testShards = 16
@@ -176,3 +180,72 @@ func TestShardedClusterSpreadsAndSurvivesANodeLoss(t *testing.T) {
 	}
 	t.Logf("recovered %v after the kill; %s", recovered.Sub(killed).Round(time.Millisecond), Summary(ops))
 }
+
+// Planned moves are invisible to clients: shard leaders handed from node
+// to node under live groups (as placement and `cohortctl cluster
+// transfer-leadership --shard` do) answer every request of the workload
+// without an error, NOT_COORDINATOR included: the old leader forwards what
+// reaches it to the new one. No group changes generation.
+func TestShardMovesAreInvisibleToClients(t *testing.T) {
+	skipShort(t)
+	c := shardedCluster(t, 3)
+	waitBalanced(t, c, 90*time.Second)
+	cfg := DefaultWorkload()
+	cfg.Groups, cfg.Members, cfg.Partitions = 6, 2, 4
+	_, w, before := stableWorkload(t, c, cfg)
+	w.SetCommits(true)
+	time.Sleep(time.Second)
+	start := time.Now()
+	const moves = 12
+	for i := range moves {
+		g := w.Groups[i%len(w.Groups)]
+		k := shardOfGroup(g.ID)
+		sts, _ := c.StatusOf(c.Running(), 2*time.Second)
+		from, to := "", ""
+		for j, st := range sts {
+			if st == nil {
+				continue
+			}
+			if st.GetShards()[k].GetState() == "Leader" {
+				from = c.Running()[j].RemoteAddr
+			} else if to == "" {
+				to = c.Running()[j].ID
+			}
+		}
+		if from == "" || to == "" {
+			t.Fatalf("shard %d: leader %q, target %q", k, from, to)
+		}
+		shard := uint32(k)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := c.Admin.DoOnLeader(ctx, from, &clusterpb.TransferLeadershipRequest{NodeId: to, Shard: &shard})
+		cancel()
+		if err != nil {
+			t.Fatalf("move %d: shard %d to %s: %v", i, k, to, err)
+		}
+		time.Sleep(700 * time.Millisecond)
+	}
+	waitSuccess(t, w, OpHeartbeat, time.Now(), "", 20*time.Second)
+	after, err := w.WaitStable(20*time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, v := range before {
+		if a := after[id]; a.Gen != v.Gen {
+			t.Errorf("%s: generation %d before the moves, %d after", id, v.Gen, a.Gen)
+		}
+	}
+	n := 0
+	for _, o := range w.History.Ops() {
+		if o.Start.Before(start) {
+			continue
+		}
+		n++
+		if !o.OK() {
+			t.Errorf("during the moves: %s", o)
+		}
+	}
+	t.Logf("%d moves, %d requests; %s", moves, n, Summary(w.History.Ops()))
+}
+
+// shardOfGroup is the shard of a group in the test cluster.
+func shardOfGroup(id string) int { return shard.Of(id, testShards) }

@@ -195,5 +195,5 @@ func (n *Node) transferLeadership(m *clusterpb.TransferLeadershipRequest) *clust
 		}
 		return r
 	}
-	return n.adminResponse(gs.withoutLease(func() error { return gs.rep.TransferLeadership(m.GetNodeId()) }))
+	return n.adminResponse(gs.handOver(m.GetNodeId()))
 }

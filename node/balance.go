@@ -136,7 +136,7 @@ func (n *Node) balanceOnce(force bool) bool {
 		defer n.bg.Done()
 		defer n.moving.Store(false)
 		start := time.Now()
-		err := move.withoutLease(func() error { return move.rep.TransferLeadership(to) })
+		err := move.handOver(to)
 		n.metrics.moved(err)
 		if err != nil {
 			n.log.Warn("shard leadership move failed", "shard", move.id, "to", to, "err", err)

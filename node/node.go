@@ -599,7 +599,7 @@ func (n *Node) Shutdown() error {
 				continue
 			}
 			wg.Go(func() {
-				if err := gs.withoutLease(func() error { return gs.rep.TransferLeadership("") }); err != nil {
+				if err := gs.handOver(""); err != nil {
 					n.log.Warn("leadership transfer before shutdown failed", append(gs.attrs(), "err", err)...)
 				} else {
 					n.log.Info("leadership transferred before shutdown", append(gs.attrs(), "leader", gs.rep.LeaderID())...)

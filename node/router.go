@@ -20,7 +20,10 @@ import (
 // answers NOT_COORDINATOR when this node does not lead that shard.
 // ListGroups gathers the shards this node leads. With one shard it is not
 // used: the listeners talk to that shard's service directly.
-type groupRouter struct{ shards []*groupShard }
+type groupRouter struct {
+	n      *Node
+	shards []*groupShard
+}
 
 type groupRequest interface {
 	proto.Message
@@ -33,7 +36,17 @@ func (r *groupRouter) of(id string) *groupShard { return r.shards[shard.Of(id, l
 func (r *groupRouter) CallWithin(ctx context.Context, req proto.Message, timeout time.Duration) (proto.Message, error) {
 	switch m := req.(type) {
 	case groupRequest:
-		return r.of(m.GetGroupId()).svc.CallWithin(ctx, req, timeout)
+		gs := r.of(m.GetGroupId())
+		res, err := gs.svc.CallWithin(ctx, req, timeout)
+		if err == nil && gs.handedOver.Load() && isNotCoordinator(res) {
+			if fwd, ok := r.n.forward(ctx, gs, req, timeout); ok {
+				return fwd, nil
+			}
+			if gs.svc.Coordinating() {
+				return gs.svc.CallWithin(ctx, req, timeout)
+			}
+		}
+		return res, err
 	case *pb.ListGroupsRequest:
 		return r.listGroups(ctx, m, timeout)
 	}
@@ -43,7 +56,11 @@ func (r *groupRouter) CallWithin(ctx context.Context, req proto.Message, timeout
 // Send implements kafka.Groups.
 func (r *groupRouter) Send(req proto.Message, to coordinator.Answerer) {
 	if m, ok := req.(groupRequest); ok {
-		r.of(m.GetGroupId()).svc.Send(req, to)
+		gs := r.of(m.GetGroupId())
+		if gs.handedOver.Load() {
+			to = &forwardingAnswerer{n: r.n, gs: gs, req: req, to: to}
+		}
+		gs.svc.Send(req, to)
 		return
 	}
 	r.shards[0].svc.Send(req, to)

@@ -10,8 +10,9 @@ import (
 // and coordinates, the groups each holds, and leadership moves made for
 // placement.
 type shardMetrics struct {
-	n     *Node
-	moves *prometheus.CounterVec
+	n        *Node
+	moves    *prometheus.CounterVec
+	forwards prometheus.Counter
 }
 
 var (
@@ -25,13 +26,18 @@ func (n *Node) registerShardMetrics() error {
 	m := &shardMetrics{n: n, moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cohort_shard_moves_total",
 		Help: "Shard leadership moves this node started to spread leaders over the nodes, by result (ok, failed).",
-	}, []string{"result"})}
+	}, []string{"result"}), forwards: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "cohort_shard_forwarded_requests_total",
+		Help: "Group requests this node forwarded to the leader of a shard it handed over on purpose, for clients still connected to it.",
+	})}
 	n.metrics = m
 	if n.cfg.MetricsOff {
 		return nil
 	}
-	if err := n.registry.Register(m.moves); err != nil {
-		return err
+	for _, c := range []prometheus.Collector{m.moves, m.forwards} {
+		if err := n.registry.Register(c); err != nil {
+			return err
+		}
 	}
 	return n.registry.Register(m)
 }
@@ -45,6 +51,12 @@ func (m *shardMetrics) moved(err error) {
 		return
 	}
 	m.moves.WithLabelValues("ok").Inc()
+}
+
+func (m *shardMetrics) forwarded() {
+	if m != nil {
+		m.forwards.Inc()
+	}
 }
 
 func (m *shardMetrics) Describe(ch chan<- *prometheus.Desc) {

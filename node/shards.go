@@ -28,6 +28,10 @@ type groupShard struct {
 	// nanoseconds; 0 while it does not lead): a shard that just moved is
 	// not moved again before moveMute.
 	ledSince atomic.Int64
+	// handedOver is set when this node hands the shard's leadership over on
+	// purpose, and cleared when it leads the shard again: until then its
+	// requests are forwarded to the leader (forward.go).
+	handedOver atomic.Bool
 }
 
 // startShards starts a group service per shard, fenced until this node
@@ -50,7 +54,7 @@ func (n *Node) startShards() error {
 	}
 	n.service = n.shards[0].svc
 	if len(n.shards) > 1 {
-		n.router = &groupRouter{shards: n.shards}
+		n.router = &groupRouter{n: n, shards: n.shards}
 		if n.observer != nil {
 			n.observer.DescribeWith(n.router.Describe)
 		}
@@ -117,6 +121,7 @@ func (gs *groupShard) onLeader() {
 	n := gs.n
 	start := time.Now()
 	gs.ledSince.Store(start.UnixNano())
+	gs.handedOver.Store(false)
 	// The last time this node heard from the previous leader: the
 	// coordinator it takes over from was alive then (zero when this node
 	// has heard from no leader since it started).
@@ -148,6 +153,20 @@ func (gs *groupShard) onLeader() {
 // only under the lease. The stale-leader seeded bug answers regardless.
 func (gs *groupShard) leaseHeld(now time.Time) bool {
 	return gs.lease.Held(now) || seededbug.On("stale-leader")
+}
+
+// handOver moves the shard's leadership to node id (any up-to-date voter
+// when empty), on purpose: the shard's requests reaching this node are
+// forwarded to the new leader from now on (forward.go).
+func (gs *groupShard) handOver(id string) error {
+	if len(gs.n.shards) > 1 {
+		gs.handedOver.Store(true)
+	}
+	err := gs.withoutLease(func() error { return gs.rep.TransferLeadership(id) })
+	if err != nil && gs.rep.IsLeader() {
+		gs.handedOver.Store(false)
+	}
+	return err
 }
 
 // withoutLease runs a leadership hand-over of the shard with its lease
