@@ -84,14 +84,18 @@ func TestBenchShards(t *testing.T) {
 			members := formGroups(t, c, groups)
 			for _, phase := range []string{"heartbeat", "commit"} {
 				r := runLoad(t, c, members, phase, window, dur)
-				row := fmt.Sprintf("%d\t%s\t%.0f\t%s\t%.1f\t%.2f\t%d", shards, phase, r.rate, r.cpuCells(), r.perOp(), r.spread(), r.errors)
-				t.Logf("shards %d %s: %.0f/s, node CPU %s, %.1f µs server CPU per op, busiest/idlest %.2f, %d errors",
-					shards, phase, r.rate, r.cpuCells(), r.perOp(), r.spread(), r.errors)
+				perEntry := 0.0
+				if r.entries > 0 {
+					perEntry = float64(r.ops) / float64(r.entries)
+				}
+				row := fmt.Sprintf("%d\t%s\t%.0f\t%s\t%.1f\t%.2f\t%.0f\t%d", shards, phase, r.rate, r.cpuCells(), r.perOp(), r.spread(), perEntry, r.errors)
+				t.Logf("shards %d %s: %.0f/s, node CPU %s, %.1f µs server CPU per op, busiest/idlest %.2f, %d Raft entries (%.0f ops each), %d errors",
+					shards, phase, r.rate, r.cpuCells(), r.perOp(), r.spread(), r.entries, perEntry, r.errors)
 				rows = append(rows, row)
 			}
 		})
 	}
-	t.Logf("\nshards\tphase\tops/s\tCPU per node (s, share)\tµs/op\tbusiest/idlest\terrors\n%s", strings.Join(rows, "\n"))
+	t.Logf("\nshards\tphase\tops/s\tCPU per node (s, share)\tµs/op\tbusiest/idlest\tops/entry\terrors\n%s", strings.Join(rows, "\n"))
 }
 
 // waitShardsEven waits until each running node leads ⌊S/N⌋ or ⌈S/N⌉ of
@@ -281,6 +285,22 @@ type loadResult struct {
 	errors int64
 	cpu    map[string]float64 // node -> CPU seconds in the phase
 	nodes  []string
+	// entries is how many Raft entries the shards committed in the phase.
+	entries uint64
+}
+
+// raftEntries sums the commit indexes of every shard's leader.
+func raftEntries(c *Cluster) uint64 {
+	sts, _ := c.StatusOf(c.Running(), 5*time.Second)
+	var sum uint64
+	for _, st := range sts {
+		for _, sh := range st.GetShards() {
+			if sh.GetState() == "Leader" {
+				sum += sh.GetCommitIndex()
+			}
+		}
+	}
+	return sum
 }
 
 func (r loadResult) total() float64 {
@@ -333,6 +353,7 @@ func runLoad(t *testing.T, c *Cluster, members []benchMember, phase string, wind
 	}
 	nodes := c.Running()
 	res := loadResult{cpu: map[string]float64{}}
+	entriesBefore := raftEntries(c)
 	before := map[string]float64{}
 	for _, n := range nodes {
 		res.nodes = append(res.nodes, n.ID)
@@ -368,8 +389,12 @@ func runLoad(t *testing.T, c *Cluster, members []benchMember, phase string, wind
 		res.cpu[n.ID] = cpuSeconds(n.Cmd.Process.Pid) - before[n.ID]
 	}
 	wg.Wait()
+	res.entries = raftEntries(c) - entriesBefore
 	slices.Sort(res.nodes)
 	res.ops, res.errors = ops.Load(), errs.Load()
+	if e, _ := firstErr.Swap("").(string); e != "" {
+		t.Logf("first error of the %s phase: %s", phase, e)
+	}
 	res.rate = float64(res.ops) / elapsed.Seconds()
 	return res
 }
@@ -423,8 +448,10 @@ func pipeline(addr string, members []benchMember, phase string, window int, stop
 				return
 			}
 			ops.Add(1)
-			if answerFailed(phase, buf[4:]) {
-				errs.Add(1)
+			if code := answerCode(phase, buf[4:]); code != 0 {
+				if errs.Add(1) == 1 {
+					firstErr.Store(fmt.Sprintf("%s answered %s with error code %d", addr, phase, code))
+				}
 			}
 			<-slots
 		}
@@ -470,27 +497,33 @@ func frame(req kmsg.Request) []byte {
 	return b
 }
 
-// answerFailed reports whether a heartbeat or commit answer carries an
-// error code.
-func answerFailed(phase string, body []byte) bool {
+// firstErr is the first error answer of a load phase, for the log.
+var firstErr atomic.Value
+
+// answerCode is the error code of a heartbeat or commit answer (-1: it
+// does not decode).
+func answerCode(phase string, body []byte) int16 {
 	switch phase {
 	case "heartbeat":
 		r := kmsg.NewPtrHeartbeatResponse()
 		r.Version = 3
-		return r.ReadFrom(body) != nil || r.ErrorCode != 0
+		if r.ReadFrom(body) != nil {
+			return -1
+		}
+		return r.ErrorCode
 	default:
 		r := kmsg.NewPtrOffsetCommitResponse()
 		r.Version = 7
 		if r.ReadFrom(body) != nil {
-			return true
+			return -1
 		}
 		for _, tp := range r.Topics {
 			for _, p := range tp.Partitions {
 				if p.ErrorCode != 0 {
-					return true
+					return p.ErrorCode
 				}
 			}
 		}
-		return false
+		return 0
 	}
 }
