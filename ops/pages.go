@@ -204,10 +204,14 @@ var overviewTmpl = template.Must(template.New("overview").Parse(`<!doctype html>
 <table id="nodes"><tr><th>node</th><th>suffrage</th><th>raft</th><th>native API</th><th>Kafka</th><th></th></tr>
 {{range .Cluster.Members}}<tr><td>{{.NodeId}}</td><td>{{.Suffrage}}</td><td>{{.RaftAddr}}</td><td>{{.RemoteAddr}}</td><td>{{.KafkaAddr}}</td><td>{{if .Leader}}leader{{end}}</td></tr>
 {{end}}</table>
+{{if gt (len .Cluster.Shards) 1}}<h2>Shards</h2>
+<table id="shards"><tr><th>shard</th><th>leader</th><th>this node</th><th>groups</th><th>applied index</th></tr>
+{{range .Cluster.Shards}}<tr><td>{{.Id}}</td><td>{{or .LeaderId "none"}}</td><td>{{if .Active}}<b>coordinates</b>{{else}}{{.State}}{{end}}</td><td>{{.Groups}}</td><td>{{.AppliedIndex}}</td></tr>
+{{end}}</table>{{end}}
 <h2>Groups</h2>
 {{if .Groups}}<table id="groups"><tr><th>group</th><th>state</th><th>protocol type</th><th>protocol</th><th>generation</th><th>members</th><th>last rebalance</th></tr>
 {{range .Groups}}<tr><td><a href="/groups/{{.ID}}">{{.ID}}</a></td><td>{{.State}}</td><td>{{.ProtocolType}}</td><td>{{.Protocol}}</td><td>{{.Generation}}</td><td>{{.MemberCount}}</td><td>{{.LastRebalance}}</td></tr>
-{{end}}</table>{{else}}<p id="groups">No groups coordinated here{{if ne .Cluster.State "Leader"}} (groups live on the leader, {{or .Cluster.LeaderId "none known"}}){{end}}.</p>{{end}}
+{{end}}</table>{{else}}<p id="groups">No groups coordinated here{{if and (ne .Cluster.State "Leader") (le (len .Cluster.Shards) 1)}} (groups live on the leader, {{or .Cluster.LeaderId "none known"}}){{end}}.</p>{{end}}
 </body></html>`))
 
 var groupTmpl = template.Must(template.New("group").Parse(`<!doctype html>
