@@ -139,6 +139,12 @@ type Config struct {
 	// does not speak TLS is logged and closed. The connection's
 	// tls.ConnectionState is then known to the request handlers.
 	TLS *tls.Config
+	// AwaitTopic, when set, is asked before a commit or an offset deletion
+	// is refused for an unknown topic: it waits a moment for the topic to
+	// appear in a catalog that may lag the one it was created in (a shard
+	// leader that does not lead the meta group), and reports whether it
+	// did.
+	AwaitTopic func(topic string) bool
 }
 
 // TLSHandshakeTimeout bounds the TLS handshake of a new connection.

@@ -56,7 +56,7 @@ func (l *Listener) prepareCommit(r *request, req *kmsg.OffsetCommitRequest, one 
 				b.refuse(t.Topic, p.Partition, denied)
 				continue
 			}
-			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
+			if check && !l.hasPartition(t.Topic, p.Partition) {
 				b.refuse(t.Topic, p.Partition, kerr.UnknownTopicOrPartition.Code)
 				continue
 			}
@@ -334,7 +334,7 @@ func (l *Listener) offsetDelete(ctx context.Context, r *request, req *kmsg.Offse
 				codes[tp{t.Topic, p.Partition}] = topicDenied
 				continue
 			}
-			if check && !l.topics.HasPartition(t.Topic, p.Partition) {
+			if check && !l.hasPartition(t.Topic, p.Partition) {
 				codes[tp{t.Topic, p.Partition}] = kerr.UnknownTopicOrPartition.Code
 				continue
 			}
@@ -371,4 +371,13 @@ func (l *Listener) offsetDelete(ctx context.Context, r *request, req *kmsg.Offse
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
+}
+
+// hasPartition reports whether the catalog has the partition, giving a
+// catalog that may lag (Config.AwaitTopic) the chance to catch up first.
+func (l *Listener) hasPartition(topic string, p int32) bool {
+	if l.topics.HasPartition(topic, p) {
+		return true
+	}
+	return l.cfg.AwaitTopic != nil && l.cfg.AwaitTopic(topic) && l.topics.HasPartition(topic, p)
 }

@@ -325,6 +325,9 @@ func Start(cfg Config) (_ *Node, err error) {
 		kcfg.Metrics = n.registry
 	}
 	kcfg.ExclusiveOwnership = cfg.Group.OwnershipGuard
+	if n.raft.ShardCount() > 1 {
+		kcfg.AwaitTopic = n.awaitTopic
+	}
 	if cfg.TLS.Kafka {
 		kcfg.TLS = n.tls.Server(cfg.TLS.KafkaClientAuth)
 	}

@@ -145,3 +145,26 @@ func brokerOf(id, addr string) (kafka.Broker, bool) {
 	}
 	return kafka.Broker{NodeID: KafkaNodeID(id), Host: host, Port: int32(p)}, true
 }
+
+// topicLag bounds how long a shard leader waits for a topic it does not
+// know yet: a topic created through another node reaches this node's
+// catalog when the meta group's next entries are applied here, normally
+// within a heartbeat.
+const topicLag = 250 * time.Millisecond
+
+// awaitTopic waits up to topicLag for topic to appear in this node's
+// catalog, unless this node leads the meta group (its catalog is the
+// newest there is).
+func (n *Node) awaitTopic(topic string) bool {
+	if n.raft.IsLeader() {
+		return false
+	}
+	deadline := time.Now().Add(topicLag)
+	for time.Now().Before(deadline) {
+		if _, ok := n.raft.Catalog.Get(topic); ok {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
+}
