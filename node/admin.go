@@ -169,6 +169,7 @@ func (n *Node) status() *clusterpb.StatusResponse {
 		resp.Shards = append(resp.Shards, &clusterpb.ShardStatus{
 			Id: uint32(gs.id), LeaderId: gs.rep.LeaderID(), State: st.State, Term: st.Term,
 			CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Groups: uint32(groups), Active: gs.active.Load(),
+			FsmHash: gs.rep.FSM.Hash(),
 		})
 	}
 	return resp

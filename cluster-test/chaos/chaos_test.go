@@ -86,6 +86,38 @@ func TestNemeses(t *testing.T) {
 	}
 }
 
+// TestNemesesSharded runs the nemeses that move leadership, and planned
+// shard moves, against 3 nodes of 16 shards: each shard is led by its own
+// node, so a fault hits the shards of its victims while the others go on.
+func TestNemesesSharded(t *testing.T) {
+	skipShort(t)
+	d := ciDuration(t, 40*time.Second)
+	for i, nem := range []string{"kill", "partition", "move"} {
+		t.Run(nem, func(t *testing.T) {
+			cfg := DefaultConfig(d, uint64(3000+i))
+			cfg.Shards = 16
+			cfg.Nemeses = []string{nem}
+			cfg.Floor.Faults = max(2, int(d/(20*time.Second)))
+			cfg.MoveLeaders()
+			rep, err := Run(t, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keep(t, rep)
+			t.Log("\n" + rep.Summary())
+			if len(rep.Invalid) > 0 {
+				t.Errorf("run invalid: %v", rep.Invalid)
+			}
+			for _, v := range rep.Violations {
+				t.Errorf("%s at %v: %s", v.Invariant, v.At.Sub(rep.Record.Start).Round(time.Millisecond), v.Text)
+			}
+			if n := len(rep.Record.Faults); n == 0 || rep.Record.Faults[0].Kind != nem {
+				t.Errorf("faults %v, want %s only", rep.Record.Faults, nem)
+			}
+		})
+	}
+}
+
 // TestSeededBugs runs each seeded bug once (a cohortd built with the
 // seededbugs tag) and requires the invariant it breaks to be reported.
 func TestSeededBugs(t *testing.T) {

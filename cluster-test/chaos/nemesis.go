@@ -218,6 +218,46 @@ func (r *run) inject(kind string, end time.Time) Fault {
 			}
 			time.Sleep(r.hold(300*time.Millisecond, 1500*time.Millisecond))
 		}
+	case "move":
+		// A storm of planned shard leadership moves (what leader
+		// placement does), each of a random shard to a random other node.
+		k := 3 + r.rng.IntN(4)
+		f.Detail = fmt.Sprintf("storm of %d shard moves", k)
+		for range k {
+			nodes := r.c.Running()
+			sts, _ := r.c.StatusOf(nodes, 2*time.Second)
+			shards := 0
+			for _, st := range sts {
+				shards = max(shards, len(st.GetShards()))
+			}
+			if shards == 0 {
+				time.Sleep(300 * time.Millisecond)
+				continue
+			}
+			sh := uint32(r.rng.IntN(shards))
+			var from *clustertest.Node
+			var to []*clustertest.Node
+			for i, st := range sts {
+				if st != nil && int(sh) < len(st.GetShards()) && st.GetShards()[sh].GetState() == "Leader" {
+					from = nodes[i]
+				} else {
+					to = append(to, nodes[i])
+				}
+			}
+			if from == nil || len(to) == 0 {
+				time.Sleep(300 * time.Millisecond)
+				continue
+			}
+			target := to[r.rng.IntN(len(to))]
+			f.Targets = append(f.Targets, fmt.Sprintf("%d:%s", sh, target.ID))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := r.c.Admin.DoOnLeader(ctx, from.RemoteAddr, &clusterpb.TransferLeadershipRequest{NodeId: target.ID, Shard: &sh})
+			cancel()
+			if err != nil {
+				f.Note += fmt.Sprintf("[shard %d to %s: %v] ", sh, target.ID, err)
+			}
+			time.Sleep(r.hold(300*time.Millisecond, 1500*time.Millisecond))
+		}
 	case "membership":
 		// Remove a voter (the leader one time in three), wipe it and add
 		// it back as a new voter with the same id.

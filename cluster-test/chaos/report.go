@@ -130,7 +130,7 @@ func (r *Report) Summary() string {
 // faultColor is the colour of each fault kind in the picture.
 var faultColor = map[string]string{
 	"kill": "#d62728", "pause": "#ff7f0e", "partition": "#9467bd", "transfer": "#17becf",
-	"membership": "#8c564b", "snapshot": "#e377c2",
+	"membership": "#8c564b", "snapshot": "#e377c2", "move": "#2ca02c",
 }
 
 var clientColors = []string{"#1f77b4", "#2ca02c", "#bcbd22", "#17becf", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#ff7f0e", "#aec7e8", "#98df8a", "#c5b0d5"}
@@ -314,7 +314,7 @@ func (r *Report) Timeline() string {
 	svg := strings.ReplaceAll(body.String(), "%H%", fmt.Sprintf("%.1f", h))
 
 	var legend strings.Builder
-	for _, k := range Nemeses {
+	for _, k := range ShardNemeses {
 		fmt.Fprintf(&legend, `<span style="background:%s">&nbsp;&nbsp;&nbsp;</span> %s &nbsp; `, faultColor[k], k)
 	}
 	var viol strings.Builder

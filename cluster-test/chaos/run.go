@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,12 +27,18 @@ import (
 // Nemeses are the fault kinds a run can inject.
 var Nemeses = []string{"kill", "pause", "partition", "transfer", "membership", "snapshot"}
 
+// ShardNemeses are the nemeses of a run on a sharded cluster: those above
+// and "move", planned moves of shard leaders.
+var ShardNemeses = append(slices.Clone(Nemeses), "move")
+
 // Config configures one chaos run.
 type Config struct {
 	Nodes    int
 	Duration time.Duration // of the fault phase; the heal and checks come after
 	Nemeses  []string
 	Seed     uint64
+	// Shards is the cluster's shard count (--shards); 0 or 1: one.
+	Shards int
 	// Bugs switches seeded bugs on (a comma-separated list of
 	// seededbug.Names); the run then uses a cohortd built with the
 	// seededbugs tag.
@@ -128,9 +135,13 @@ func Run(t testing.TB, cfg Config) (rep *Report, err error) {
 	if cfg.Nodes < 3 {
 		return nil, fmt.Errorf("a chaos run needs at least 3 nodes, not %d", cfg.Nodes)
 	}
+	known := Nemeses
+	if cfg.Shards > 1 {
+		known = ShardNemeses
+	}
 	for _, n := range cfg.Nemeses {
-		if !slices.Contains(Nemeses, n) {
-			return nil, fmt.Errorf("unknown nemesis %q (known: %s)", n, strings.Join(Nemeses, ", "))
+		if !slices.Contains(known, n) {
+			return nil, fmt.Errorf("unknown nemesis %q (known: %s)", n, strings.Join(known, ", "))
 		}
 	}
 	defer func() {
@@ -218,6 +229,9 @@ func (r *run) run() (*Report, error) {
 		if cfg.Bugs != "" {
 			o.Args = append(o.Args, "--seeded-bugs", cfg.Bugs)
 		}
+		if cfg.Shards > 1 {
+			o.Args = append(o.Args, "--shards", strconv.Itoa(cfg.Shards), "--shard-move-interval", "5s")
+		}
 		o.NodeArgs = func(id string) []string {
 			return []string{"--raft-addr", raftAddrs[id], "--raft-peer-addrs", r.net.PeerAddrs(id)}
 		}
@@ -229,7 +243,7 @@ func (r *run) run() (*Report, error) {
 			tb.mu.Unlock()
 		}
 	}
-	cfg.Logf("cluster of %d up, seed %d, nemeses %v, bugs %q", cfg.Nodes, cfg.Seed, cfg.Nemeses, cfg.Bugs)
+	cfg.Logf("cluster of %d up, %d shard(s), seed %d, nemeses %v, bugs %q", cfg.Nodes, max(cfg.Shards, 1), cfg.Seed, cfg.Nemeses, cfg.Bugs)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -709,6 +723,17 @@ func (r *run) checkConverged(live map[string][]Violation) {
 			last = append(last, fmt.Sprintf("%s applied=%d hash=%s", st.NodeId, st.AppliedIndex, st.FsmHash))
 			if ok && (st.FsmHash == "" || st.AppliedIndex != sts[0].AppliedIndex || st.FsmHash != sts[0].FsmHash) {
 				ok = false
+			}
+			// Each shard's replicas too, when the groups live in shards.
+			for k, sh := range st.GetShards() {
+				if len(st.GetShards()) < 2 || sts[0] == nil || k >= len(sts[0].GetShards()) {
+					break
+				}
+				first := sts[0].GetShards()[k]
+				if ok && (sh.GetFsmHash() == "" || sh.GetAppliedIndex() != first.GetAppliedIndex() || sh.GetFsmHash() != first.GetFsmHash()) {
+					ok = false
+					last = append(last, fmt.Sprintf("%s shard %d applied=%d hash=%s", st.NodeId, k, sh.GetAppliedIndex(), sh.GetFsmHash()))
+				}
 			}
 		}
 		if ok {

@@ -387,7 +387,10 @@ type ShardStatus struct {
 	Groups uint32 `protobuf:"varint,7,opt,name=groups,proto3" json:"groups,omitempty"`
 	// Whether this node coordinates the shard's groups now (it leads the
 	// shard and its groups are loaded).
-	Active        bool `protobuf:"varint,8,opt,name=active,proto3" json:"active,omitempty"`
+	Active bool `protobuf:"varint,8,opt,name=active,proto3" json:"active,omitempty"`
+	// Hash of this node's replica of the shard as applied (equal on every
+	// node that applied the same index).
+	FsmHash       string `protobuf:"bytes,9,opt,name=fsm_hash,json=fsmHash,proto3" json:"fsm_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -476,6 +479,13 @@ func (x *ShardStatus) GetActive() bool {
 		return x.Active
 	}
 	return false
+}
+
+func (x *ShardStatus) GetFsmHash() string {
+	if x != nil {
+		return x.FsmHash
+	}
+	return ""
 }
 
 // JoinRequest asks a node to add the sender as a voter (forwarded to the
@@ -917,7 +927,7 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"log_format\x18\f \x01(\rR\tlogFormat\x12,\n" +
 	"\x12applies_log_format\x18\r \x01(\rR\x10appliesLogFormat\x126\n" +
-	"\x06shards\x18\x0e \x03(\v2\x1e.cohort.cluster.v1.ShardStatusR\x06shards\"\xdc\x01\n" +
+	"\x06shards\x18\x0e \x03(\v2\x1e.cohort.cluster.v1.ShardStatusR\x06shards\"\xf7\x01\n" +
 	"\vShardStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x14\n" +
@@ -926,7 +936,8 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\fcommit_index\x18\x05 \x01(\x04R\vcommitIndex\x12#\n" +
 	"\rapplied_index\x18\x06 \x01(\x04R\fappliedIndex\x12\x16\n" +
 	"\x06groups\x18\a \x01(\rR\x06groups\x12\x16\n" +
-	"\x06active\x18\b \x01(\bR\x06active\"\xda\x02\n" +
+	"\x06active\x18\b \x01(\bR\x06active\x12\x19\n" +
+	"\bfsm_hash\x18\t \x01(\tR\afsmHash\"\xda\x02\n" +
 	"\vJoinRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
