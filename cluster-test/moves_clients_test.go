@@ -1,0 +1,154 @@
+package clustertest
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
+)
+
+// TestShardMovesRealClients: unmodified clients of every family, three
+// consumers each, on a 3-node cluster of 16 shards whose groups' shard
+// leaders are moved again and again (COHORT_MOVES moves, default 10, one
+// every COHORT_MOVE_EVERY seconds, default 3). A planned move must be
+// invisible: no rebalance, no callback of any kind (a client that restarts
+// its session reports one), the same partitions owned, and no
+// acknowledged commit lost. It logs each move's time from the start of the
+// transfer until the new leader serves the shard.
+func TestShardMovesRealClients(t *testing.T) {
+	skipShort(t)
+	fams := clientFamilies(t)
+	c := shardedCluster(t, 3)
+	waitBalanced(t, c, 90*time.Second)
+	conns := NewConns("moves-test")
+	t.Cleanup(conns.Close)
+	var groups []*clientGroup
+	for _, f := range fams {
+		groups = append(groups, startClientGroup(t, c, conns, f))
+	}
+	for _, g := range groups {
+		d := g.waitSettled(t, 90*time.Second)
+		g.gen = d.gen
+		for _, p := range g.procs {
+			r, _ := p.Last()
+			g.baseline = append(g.baseline, len(p.Reports()))
+			g.owned = append(g.owned, r.Owned)
+		}
+		t.Logf("%s (shard %d) settled at generation %d: %v", g.name, shardOfGroup(g.name), d.gen, d.members)
+	}
+	stop := make(chan struct{})
+	var loops sync.WaitGroup
+	for _, g := range groups {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			for round := int64(1); ; round++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+				g.commitRound(round * 1000)
+			}
+		}()
+	}
+
+	moves := envInt(t, "COHORT_MOVES", 10)
+	every := time.Duration(envInt(t, "COHORT_MOVE_EVERY", 3)) * time.Second
+	var took []time.Duration
+	for i := range moves {
+		g := groups[i%len(groups)]
+		k := shardOfGroup(g.name)
+		d, err := moveShard(c, k)
+		if err != nil {
+			t.Fatalf("move %d (shard %d of %s): %v", i+1, k, g.name, err)
+		}
+		took = append(took, d)
+		time.Sleep(every)
+	}
+	time.Sleep(2 * time.Second)
+	close(stop)
+	loops.Wait()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, g := range groups {
+		d := g.waitSettled(t, 60*time.Second)
+		if d.gen != g.gen {
+			t.Errorf("%s: generation %d before the moves, %d after", g.name, g.gen, d.gen)
+		}
+		for i, p := range g.procs {
+			reps := p.Reports()
+			for _, r := range reps[g.baseline[i]:] {
+				t.Errorf("%s: %s callback at %s during the moves: owns %v, generation %d", p.Name, r.Event, r.At.Format("15:04:05.000"), r.Owned, r.Gen)
+			}
+			if last := reps[len(reps)-1]; !slices.Equal(last.Owned, g.owned[i]) {
+				t.Errorf("%s owned %v before the moves and %v after", p.Name, g.owned[i], last.Owned)
+			}
+		}
+		got, _, err := FetchOffsets(ctx, g.coord, g.topic, rcPartitions)
+		if err != nil {
+			t.Fatalf("%s: fetch offsets: %v", g.name, err)
+		}
+		g.mu.Lock()
+		for p, want := range g.acked {
+			if got[p] < want {
+				t.Errorf("%s partition %d: committed offset %d, but %d was acknowledged", g.name, p, got[p], want)
+			}
+		}
+		if len(g.acked) == 0 && g.fam.SyncCommits {
+			t.Errorf("%s: no commit acknowledged", g.name)
+		}
+		t.Logf("%s: %d commit rounds, %d failed", g.name, g.sent, g.failed)
+		g.mu.Unlock()
+	}
+	slices.Sort(took)
+	t.Logf("%d moves: transfer start to the new leader serving, p50 %v, p99 %v, max %v", len(took),
+		percentile(took, 0.5).Round(time.Millisecond), percentile(took, 0.99).Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+}
+
+// moveShard moves shard k's leadership from its leader to another running
+// node and returns the time from the request until the new leader
+// reports the shard active.
+func moveShard(c *Cluster, k int) (time.Duration, error) {
+	nodes := c.Running()
+	sts, _ := c.StatusOf(nodes, 2*time.Second)
+	var from, to *Node
+	for i, st := range sts {
+		if st == nil || k >= len(st.GetShards()) {
+			continue
+		}
+		if st.GetShards()[k].GetState() == "Leader" {
+			from = nodes[i]
+		} else if to == nil {
+			to = nodes[i]
+		}
+	}
+	if from == nil || to == nil {
+		return 0, errNoLeader
+	}
+	sh := uint32(k)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Admin.DoOnLeader(ctx, from.RemoteAddr, &clusterpb.TransferLeadershipRequest{NodeId: to.ID, Shard: &sh}); err != nil {
+		return 0, err
+	}
+	for ctx.Err() == nil {
+		if st, err := status(c.Admin, to.RemoteAddr, 2*time.Second); err == nil && st.GetShards()[k].GetActive() {
+			return time.Since(start), nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return 0, ctx.Err()
+}
+
+var errNoLeader = errorString("shard has no leader, or no other node to move it to")
+
+type errorString string
+
+func (e errorString) Error() string { return strings.TrimSpace(string(e)) }
