@@ -249,3 +249,90 @@ func TestShardMovesAreInvisibleToClients(t *testing.T) {
 
 // shardOfGroup is the shard of a group in the test cluster.
 func shardOfGroup(id string) int { return shard.Of(id, testShards) }
+
+// Leaders follow membership: a fourth node that joins gets its share of
+// shard leaders (4 of 16), and when a node that leads shards is removed
+// its shards go to the others, which again lead 5 or 6 each. Shard voters
+// follow the meta group's: every replica of every shard ends on the same
+// FSM hash.
+func TestShardLeadersFollowMembership(t *testing.T) {
+	skipShort(t)
+	c := shardedCluster(t, 3)
+	waitBalanced(t, c, 90*time.Second)
+	joined := time.Now()
+	fourth := c.AddNode()
+	counts := waitBalanced(t, c, 90*time.Second)
+	t.Logf("a fourth node joined: leaders %v after %v", counts, time.Since(joined).Round(time.Millisecond))
+	if counts[fourth.ID] != testShards/4 {
+		t.Fatalf("the new node leads %d shards, want %d: %v", counts[fourth.ID], testShards/4, counts)
+	}
+
+	victim := c.Node(1)
+	removed := time.Now()
+	if err := c.RemoveVoter(victim.Index); err != nil {
+		t.Fatal(err)
+	}
+	var rest []string
+	for _, n := range c.Running() {
+		if n.ID != victim.ID {
+			rest = append(rest, n.ID)
+		}
+	}
+	c.WaitVoters(rest, 30*time.Second)
+	// The removed node hands over what it led before it goes.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := status(c.Admin, victim.RemoteAddr, 2*time.Second)
+		leads := 0
+		for _, sh := range st.GetShards() {
+			if sh.GetState() == "Leader" {
+				leads++
+			}
+		}
+		if err == nil && leads == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the removed node still leads %d shards (%v)", leads, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.ExpectExit(victim.Index)
+	c.Kill(victim.Index)
+	counts = waitBalanced(t, c, 90*time.Second)
+	t.Logf("%s removed: leaders %v after %v", victim.ID, counts, time.Since(removed).Round(time.Millisecond))
+	c.WaitConverged(30 * time.Second)
+	waitShardsConverged(t, c, 30*time.Second)
+}
+
+// waitShardsConverged waits until every running node's replica of each
+// shard has the same FSM hash at the same applied index.
+func waitShardsConverged(t *testing.T, c *Cluster, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		sts, errs := c.StatusOf(c.Running(), 2*time.Second)
+		var differ []string
+		for k := range testShards {
+			var hashes []string
+			for i, st := range sts {
+				if st == nil || k >= len(st.GetShards()) {
+					differ = append(differ, fmt.Sprintf("shard %d: no status (%v)", k, errs[i]))
+					continue
+				}
+				sh := st.GetShards()[k]
+				hashes = append(hashes, fmt.Sprintf("%d/%s", sh.GetAppliedIndex(), sh.GetFsmHash()))
+			}
+			if h := slices.Compact(slices.Clone(hashes)); len(h) != 1 {
+				differ = append(differ, fmt.Sprintf("shard %d: %v", k, hashes))
+			}
+		}
+		if len(differ) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard replicas differ after %v: %v", timeout, differ)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -225,8 +226,17 @@ func (n *Node) keepShards() {
 			return
 		case <-t.C:
 		}
+		member := slices.Contains(n.raft.Voters(), n.raft.ID())
 		for _, gs := range n.shards {
 			if !gs.rep.IsLeader() {
+				continue
+			}
+			if !member && len(n.shards) > 1 {
+				// Removed from the cluster: the shards it still leads go
+				// to voters that stay, whose leaders then remove this node.
+				if err := gs.handOver(""); err != nil {
+					n.log.Warn("hand over a shard of a node removed from the cluster", "shard", gs.id, "err", err)
+				}
 				continue
 			}
 			added, removed, err := n.raft.ReconcileVoters(gs.rep)
