@@ -23,7 +23,6 @@ require (
 	go.etcd.io/bbolt v1.3.5
 	google.golang.org/grpc v1.60.1
 	google.golang.org/protobuf v1.36.12
-	pgregory.net/rapid v1.3.0
 )
 
 require (
