@@ -1,7 +1,7 @@
 GO ?= go
 PROTO_FILES := $(sort $(shell find proto -name '*.proto'))
 
-.PHONY: all build test test-short proto proto-check tidy-check deps bench fuzz fuzz-list vet fmt-check staticcheck
+.PHONY: all build test test-race test-short proto proto-check tidy-check deps bench fuzz fuzz-list vet fmt-check staticcheck
 
 STATICCHECK_VERSION := v0.8.2
 # The nested modules that hold the test harnesses and their heavy dependencies
@@ -10,6 +10,9 @@ STATICCHECK_VERSION := v0.8.2
 # below runs each module (`go -C <module>`).
 TEST_MODULES := kafka/interop cluster-test
 MODULES := . $(TEST_MODULES)
+# How many test packages `make test` runs at once, across the modules (go
+# test's own default -p is the number of CPUs).
+TEST_PARALLEL ?= $(shell nproc 2>/dev/null || echo 2)
 # Each fuzz target runs this long in `make fuzz`, which also runs the member
 # and coordinator simulation over SIM_SEEDS more seeds per protocol.
 FUZZTIME ?= 20s
@@ -23,11 +26,19 @@ build:
 # The whole suite: installs what the tests need, checks generated code, vets, runs
 # every test of every module with the race detector, and runs each quick
 # benchmark once (so they keep working; the numbers come from `make bench`).
-test: deps tidy-check proto-check fmt-check vet staticcheck
-	$(foreach m,$(MODULES),$(GO) -C $(m) test -race -count=1 -timeout 30m ./...$(newline))
+test: deps tidy-check proto-check fmt-check vet staticcheck test-race
 	$(GO) test -race -count=1 -tags seededbugs ./cmd/cohortd/
 	$(GO) test -short -run '^$$' -bench . -benchtime 1x -timeout 10m ./coordinator/ ./actors/ ./raftfsm/ ./assignor/ ./kafka/
 	$(GO) -C cluster-test test -short -run '^$$' -bench . -benchtime 1x -timeout 10m ./kafkabench/
+
+# Every test package of every module with the race detector, TEST_PARALLEL at
+# a time: one `go test` per package, so that packages of different modules
+# run side by side as one module's do under `go test ./...` (the suite is
+# mostly waiting, on timeouts and child processes). The nested modules come
+# first: their tests are the longest.
+test-race:
+	@pkgs=$$(for m in $(TEST_MODULES) .; do $(GO) -C $$m list -f "{{if or .TestGoFiles .XTestGoFiles}}$$m {{.ImportPath}}{{end}}" ./... || exit 1; done) || exit 1; \
+	echo "$$pkgs" | xargs -P $(TEST_PARALLEL) -L 1 sh -c 'echo "$(GO) -C $$0 test -race -count=1 -timeout 30m $$1"; $(GO) -C "$$0" test -race -count=1 -timeout 30m "$$1"'
 
 test-short:
 	$(foreach m,$(MODULES),$(GO) -C $(m) test -short -count=1 ./...$(newline))
