@@ -225,7 +225,7 @@ func oneHopViolation(members []Member, p *Plan) string {
 	return ""
 }
 
-// fataler is what the checks need from *testing.T and *rapid.T.
+// fataler is what the checks need from *testing.T and *propT.
 type fataler interface {
 	Helper()
 	Fatalf(format string, args ...any)

@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-
-	"pgregory.net/rapid"
 )
 
-// Property tests (rapid) for the quality goals: validity, balance, minimal
+// Property tests (checkProp, prop_test.go) for the quality goals: validity, balance, minimal
 // movement, per-topic spread, cooperative safety and convergence, and
 // independence from input order.
 
@@ -18,27 +16,27 @@ type world struct {
 	members []Member // without history
 }
 
-func genWorld(t *rapid.T, uniform bool, maxMembers int) world {
-	nt := rapid.IntRange(1, 6).Draw(t, "topics")
+func genWorld(t *propT, uniform bool, maxMembers int) world {
+	nt := drawInt(t, 1, 6, "topics")
 	w := world{topics: map[string]int32{}}
 	for i := range nt {
 		name := fmt.Sprintf("t%d", i)
 		w.names = append(w.names, name)
-		w.topics[name] = int32(rapid.IntRange(0, 16).Draw(t, "partitions"))
+		w.topics[name] = int32(drawInt(t, 0, 16, "partitions"))
 	}
-	nm := rapid.IntRange(1, maxMembers).Draw(t, "members")
+	nm := drawInt(t, 1, maxMembers, "members")
 	for i := range nm {
 		ts := w.names
 		if !uniform {
 			ts = nil
 			for _, n := range w.names {
-				if rapid.Bool().Draw(t, "subscribes") {
+				if drawBool(t, "subscribes") {
 					ts = append(ts, n)
 				}
 			}
 		}
 		m := dyn(fmt.Sprintf("m%02d", i), sub(ts...))
-		if rapid.IntRange(0, 3).Draw(t, "static") == 0 {
+		if drawInt(t, 0, 3, "static") == 0 {
 			m.InstanceID = fmt.Sprintf("i%02d", nm-i)
 		}
 		w.members = append(w.members, m)
@@ -56,16 +54,16 @@ type claim struct {
 
 // genClaims draws arbitrary ownership claims, including conflicts, stale and
 // missing generations, unknown topics and out-of-range partitions.
-func genClaims(t *rapid.T, w world) []claim {
+func genClaims(t *propT, w world) []claim {
 	var cs []claim
-	n := rapid.IntRange(0, 40).Draw(t, "claims")
+	n := drawInt(t, 0, 40, "claims")
 	for range n {
-		topic := rapid.SampledFrom(append(w.names, "gone")).Draw(t, "ctopic")
+		topic := drawFrom(t, append(w.names, "gone"), "ctopic")
 		cs = append(cs, claim{
-			member: rapid.IntRange(0, len(w.members)-1).Draw(t, "cmember"),
+			member: drawInt(t, 0, len(w.members)-1, "cmember"),
 			topic:  topic,
-			part:   int32(rapid.IntRange(-1, 17).Draw(t, "cpart")),
-			gen:    int32(rapid.IntRange(-2, 3).Draw(t, "cgen")),
+			part:   int32(drawInt(t, -1, 17, "cpart")),
+			gen:    int32(drawInt(t, -2, 3, "cgen")),
 		})
 	}
 	return cs
@@ -101,8 +99,8 @@ func apply(b Balancer, w world, cs []claim) []Member {
 	return out
 }
 
-func shuffled(t *rapid.T, ms []Member) []Member {
-	return rapid.Permutation(ms).Draw(t, "order")
+func shuffled(t *propT, ms []Member) []Member {
+	return drawPermutation(t, ms, "order")
 }
 
 func allBalancers() []Balancer {
@@ -112,8 +110,8 @@ func allBalancers() []Balancer {
 // Q1 validity and Q7 determinism, for every assignor, on arbitrary inputs
 // with arbitrary (even contradictory) history.
 func TestPropValidAndDeterministic(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		w := genWorld(t, rapid.Bool().Draw(t, "uniform"), 10)
+	checkProp(t, func(t *propT) {
+		w := genWorld(t, drawBool(t, "uniform"), 10)
 		cs := genClaims(t, w)
 		for _, b := range allBalancers() {
 			members := apply(b, w, cs)
@@ -132,8 +130,8 @@ func TestPropValidAndDeterministic(t *testing.T) {
 // at the highest generation is assigned to nobody, and a partition is left
 // out only if someone claims it.
 func TestPropCooperativeSafety(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		w := genWorld(t, rapid.Bool().Draw(t, "uniform"), 10)
+	checkProp(t, func(t *propT) {
+		w := genWorld(t, drawBool(t, "uniform"), 10)
 		cs := genClaims(t, w)
 		b := CooperativeSticky()
 		members := apply(b, w, cs)
@@ -204,8 +202,8 @@ func TestPropCooperativeSafety(t *testing.T) {
 // Q2 and Q4: balance. Uniform: max-min <= 1 (roundrobin, sticky, and
 // cooperative-sticky once it converged). Otherwise Kafka's one-hop rule.
 func TestPropBalance(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		uniform := rapid.Bool().Draw(t, "uniform")
+	checkProp(t, func(t *propT) {
+		uniform := drawBool(t, "uniform")
 		w := genWorld(t, uniform, 10)
 		cs := genClaims(t, w)
 		for _, b := range []Balancer{RoundRobin(), Sticky(), CooperativeSticky()} {
@@ -236,12 +234,12 @@ func TestPropBalance(t *testing.T) {
 // K* = sum(min(owned_i, minQ)) + min(E, #{owned_i > minQ}). The cooperative
 // round keeps exactly as many, and nothing else moves.
 func TestPropMinimalMovement(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	checkProp(t, func(t *propT) {
 		w := genWorld(t, true, 12)
 		var cs []claim
 		for _, name := range w.names {
 			for p := range w.topics[name] {
-				if m := rapid.IntRange(-1, len(w.members)-1).Draw(t, "owner"); m >= 0 {
+				if m := drawInt(t, -1, len(w.members)-1, "owner"); m >= 0 {
 					cs = append(cs, claim{member: m, topic: name, part: p, gen: 1})
 				}
 			}
@@ -286,8 +284,8 @@ func TestPropMinimalMovement(t *testing.T) {
 // follow-up rebalance: the follow-up revokes nothing and assigns everything,
 // and the result is balanced.
 func TestPropCooperativeConvergence(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		uniform := rapid.Bool().Draw(t, "uniform")
+	checkProp(t, func(t *propT) {
+		uniform := drawBool(t, "uniform")
 		w := genWorld(t, uniform, 10)
 		b := CooperativeSticky()
 		members := w.members
@@ -299,13 +297,13 @@ func TestPropCooperativeConvergence(t *testing.T) {
 			// Change the group: drop some members, add some.
 			var next []Member
 			for _, m := range members {
-				switch rapid.IntRange(0, 5).Draw(t, "change") {
+				switch drawInt(t, 0, 5, "change") {
 				case 0: // leaves
 				case 1: // changes its subscription (keeps what it owns)
 					if !uniform {
 						var ts []string
 						for _, n := range w.names {
-							if rapid.Bool().Draw(t, "resubscribes") {
+							if drawBool(t, "resubscribes") {
 								ts = append(ts, n)
 							}
 						}
@@ -316,12 +314,12 @@ func TestPropCooperativeConvergence(t *testing.T) {
 					next = append(next, m)
 				}
 			}
-			for i := range rapid.IntRange(0, 3).Draw(t, "join") {
+			for i := range drawInt(t, 0, 3, "join") {
 				ts := w.names
 				if !uniform {
 					ts = nil
 					for _, n := range w.names {
-						if rapid.Bool().Draw(t, "subscribes") {
+						if drawBool(t, "subscribes") {
 							ts = append(ts, n)
 						}
 					}
@@ -380,9 +378,9 @@ func TestPropCooperativeConvergence(t *testing.T) {
 // from scratch: each member's count of each topic stays within one of every
 // other member's.
 func TestPropTopicSpread(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		nt := rapid.IntRange(1, 4).Draw(t, "topics")
-		n := int32(rapid.SampledFrom([]int{12, 24, 60}).Draw(t, "n"))
+	checkProp(t, func(t *propT) {
+		nt := drawInt(t, 1, 4, "topics")
+		n := int32(drawFrom(t, []int{12, 24, 60}, "n"))
 		topics := map[string]int32{}
 		var names []string
 		for i := range nt {
@@ -393,7 +391,7 @@ func TestPropTopicSpread(t *testing.T) {
 			var members []Member
 			gen := int32(1)
 			for step := range 4 {
-				k := rapid.SampledFrom([]int{1, 2, 3, 4, 6, 12}).Draw(t, "k")
+				k := drawFrom(t, []int{1, 2, 3, 4, 6, 12}, "k")
 				members = resize(members, k, names...)
 				plan := b.Balance(members, topics)
 				if b.IsCooperative() {

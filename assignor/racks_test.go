@@ -3,8 +3,6 @@ package assignor
 import (
 	"fmt"
 	"testing"
-
-	"pgregory.net/rapid"
 )
 
 // racksFor places partition p of every topic on racks (p+j) % numRacks for
@@ -83,12 +81,12 @@ func TestRangeRacksKeepQuotasAndCoPartitioning(t *testing.T) {
 // max-min <= 1 on uniform groups, K* kept, cooperative safety) and places
 // fresh partitions on matching racks when it can.
 func TestPropStickyRacks(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
+	checkProp(t, func(t *propT) {
 		w := genWorld(t, true, 9)
-		nr := rapid.IntRange(1, 4).Draw(t, "racks")
-		racks := racksFor(w.topics, nr, rapid.IntRange(1, 2).Draw(t, "replicas"))
+		nr := drawInt(t, 1, 4, "racks")
+		racks := racksFor(w.topics, nr, drawInt(t, 1, 2, "replicas"))
 		for i := range w.members {
-			if rapid.IntRange(0, 5).Draw(t, "norack") != 0 {
+			if drawInt(t, 0, 5, "norack") != 0 {
 				w.members[i].Subscription.Rack = fmt.Sprintf("rack%d", i%nr)
 			}
 		}

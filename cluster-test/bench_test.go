@@ -16,7 +16,7 @@ import (
 // The benchmarks start real clusters and take minutes; they run only with
 // COHORT_CLUSTER_BENCH=1:
 //
-//	COHORT_CLUSTER_BENCH=1 go test ./cluster-test -run 'TestBench' -v -timeout 30m
+//	COHORT_CLUSTER_BENCH=1 go -C cluster-test test . -run 'TestBench' -v -timeout 30m
 //
 // COHORT_BENCH_KILLS (default 25) sets the number of leader kills,
 // COHORT_BENCH_RAFT ("heartbeat,election,lease", default the harness's)

@@ -15,8 +15,9 @@ var (
 	binaries = map[string]string{}
 )
 
-// Binary builds the command in pkg (a path below the module root, such as
-// "./cmd/cohortd") once per process and returns the path of the executable.
+// Binary builds the command in pkg (a path below the cohort module root,
+// such as "./cmd/cohortd") once per process and returns the path of the
+// executable.
 func Binary(pkg string) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
@@ -53,14 +54,17 @@ func RemoveBinaries() {
 	}
 }
 
+// moduleRoot is the folder of the cohort module, where Binary builds with
+// cohort's own go.mod, also when the tests run in a module that requires
+// cohort and replaces it with that folder.
 func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cohort-coord/cohort").Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("go list -m github.com/cohort-coord/cohort: %w", err)
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside a Go module")
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("the cohort module has no folder here")
 	}
-	return filepath.Dir(mod), nil
+	return dir, nil
 }

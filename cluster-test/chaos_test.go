@@ -15,7 +15,7 @@ import (
 // heartbeat, commit and change members, then heals and checks the history.
 // It runs only when COHORT_CLUSTER_CHAOS is a duration:
 //
-//	COHORT_CLUSTER_CHAOS=3m go test ./cluster-test -run TestChaos -v -timeout 30m
+//	COHORT_CLUSTER_CHAOS=3m go -C cluster-test test . -run TestChaos -v -timeout 30m
 //
 // COHORT_CLUSTER_CHAOS_SEED replays a run (the seed is logged).
 func TestChaos(t *testing.T) {

@@ -15,11 +15,18 @@
 // generation fencing in real time (CheckFencing), and no acknowledged commit
 // lost (CheckOffsets).
 //
-//	go test ./cluster-test/                                       # the tests (also in make test)
-//	COHORT_CLUSTER_BENCH=1 go test ./cluster-test/ -run TestBench -v -timeout 30m
-//	COHORT_CLUSTER_CHAOS=3m go test ./cluster-test/ -run TestChaos -v -timeout 30m
+//	go -C cluster-test test .                                     # the tests (also in make test)
+//	COHORT_CLUSTER_BENCH=1 go -C cluster-test test . -run TestBench -v -timeout 30m
+//	COHORT_CLUSTER_CHAOS=3m go -C cluster-test test . -run TestChaos -v -timeout 30m
 //
 // BENCHMARKS.md has the benchmark settings and the measured numbers. The
 // chaos suite (fault proxies, nemeses, invariant checkers) is in ./chaos and
 // its runner in ./cmd/chaos.
+//
+// cluster-test is a module of its own (it replaces cohort with the folder
+// above), so that cohort's go.mod does not require what only these tests
+// use (kfake, porcupine, the interop clients). It also holds the member
+// library's tests against clusters and kfake (./member) and the Kafka
+// listener's benchmarks against kfake (./kafkabench). The commands it starts
+// are built in the cohort module, with cohort's go.mod.
 package clustertest

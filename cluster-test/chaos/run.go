@@ -374,14 +374,14 @@ func seededBinary() (string, error) {
 			seededErr = err
 			return
 		}
-		root, err := exec.Command("go", "env", "GOMOD").Output()
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cohort-coord/cohort").Output()
 		if err != nil {
-			seededErr = err
+			seededErr = fmt.Errorf("go list -m github.com/cohort-coord/cohort: %w", err)
 			return
 		}
 		seededBin = filepath.Join(dir, "cohortd")
 		cmd := exec.Command("go", "build", "-tags", "seededbugs", "-o", seededBin, "./cmd/cohortd")
-		cmd.Dir = filepath.Dir(strings.TrimSpace(string(root)))
+		cmd.Dir = strings.TrimSpace(string(root))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			seededErr = fmt.Errorf("go build -tags seededbugs: %v\n%s", err, out)
 		}

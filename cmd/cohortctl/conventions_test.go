@@ -9,14 +9,29 @@ import (
 	"testing"
 )
 
+// referenceEnv names a Kafka broker for the "reference" subtests, which run
+// the same commands against it as against cohort. The broker must be fresh
+// (no topics or groups), so one test runs per process: the cluster-test
+// module runs TestKafkaConventions and TestOffsetResetAndDelete this way
+// against a new franz-go kfake each (kfake stays out of this module), and a
+// real Kafka broker can be named the same way.
+const referenceEnv = "COHORT_CTL_REFERENCE_BROKER"
+
 // servers are the brokers every convention is checked against with the
-// same commands: cohort (with its default topic auto-creation) and kfake.
-var servers = map[string]func(*testing.T) string{"cohort": startNode, "kfake": startKfake}
+// same commands: cohort (with its default topic auto-creation) and, when
+// referenceEnv is set, the reference broker.
+func servers() map[string]func(*testing.T) string {
+	s := map[string]func(*testing.T) string{"cohort": startNode}
+	if addr := os.Getenv(referenceEnv); addr != "" {
+		s["reference"] = func(*testing.T) string { return addr }
+	}
+	return s
+}
 
 // TestKafkaConventions checks cohortctl's kafka-consumer-groups.sh and rpk
-// conventions against cohort and kfake.
+// conventions against cohort and the reference broker.
 func TestKafkaConventions(t *testing.T) {
-	for name, start := range servers {
+	for name, start := range servers() {
 		t.Run(name, func(t *testing.T) { conventions(t, start(t)) })
 	}
 }

@@ -6,19 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kfake"
 )
-
-func startKfake(t *testing.T) string {
-	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()[0]
-}
 
 // committedOf reads the group's committed offsets of topic through
 // `cohortctl offsets`.
@@ -50,9 +38,10 @@ func sameOffsets(a, b map[int32]int64) bool {
 	return true
 }
 
-// The same offset, describe and topic commands against cohort and kfake.
+// The same offset, describe and topic commands against cohort and the
+// reference broker.
 func TestOffsetResetAndDelete(t *testing.T) {
-	for name, start := range map[string]func(*testing.T) string{"cohort": startNode, "kfake": startKfake} {
+	for name, start := range servers() {
 		t.Run(name, func(t *testing.T) { offsetCommands(t, start(t)) })
 	}
 }

@@ -65,12 +65,14 @@ var (
 	buildErr  error
 )
 
+// moduleRoot is the folder of the cohort module, where cohortd is built
+// with cohort's own go.mod.
 func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cohort-coord/cohort").Output()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Dir(strings.TrimSpace(string(out))), nil
+	return strings.TrimSpace(string(out)), nil
 }
 
 func buildCohortd(t *testing.T) string {

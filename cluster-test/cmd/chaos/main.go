@@ -1,7 +1,7 @@
 // Command chaos runs one chaos run of cohort against real cohortd processes
-// and checks its history:
+// and checks its history (from cluster-test/, a module of its own):
 //
-//	go run ./cluster-test/cmd/chaos --nodes 3 --duration 5m --nemesis kill,pause,partition,transfer,membership,snapshot --seed 7
+//	go run ./cmd/chaos --nodes 3 --duration 5m --nemesis kill,pause,partition,transfer,membership,snapshot --seed 7
 //
 // It prints a progress bar while faults run, then a summary table, and
 // writes the raw history (history.json), the timeline picture
@@ -11,7 +11,7 @@
 //
 // A matrix of runs:
 //
-//	go run ./cluster-test/cmd/chaos --each --runs 10 --duration 5m --parallel 3 --seed 101 --out matrix
+//	go run ./cmd/chaos --each --runs 10 --duration 5m --parallel 3 --seed 101 --out matrix
 //
 // runs every nemesis alone 10 times (seeds 101..110), 3 runs at a time,
 // each into matrix/<nemesis>-<seed>, and prints one table over all of them

@@ -55,16 +55,16 @@ type Setup struct {
 	goBin  string
 }
 
-// NewSetup builds the Go client driver (the interop test binary) into a
-// temporary folder.
+// NewSetup builds the Go client driver (the interop test binary, built in
+// root's kafka/interop folder) into a temporary folder.
 func NewSetup(root string) (*Setup, error) {
 	dir, err := os.MkdirTemp("", "cohort-clients-")
 	if err != nil {
 		return nil, err
 	}
 	s := &Setup{root: root, binDir: dir, goBin: filepath.Join(dir, "interop.test")}
-	cmd := exec.Command("go", "test", "-c", "-o", s.goBin, "./kafka/interop")
-	cmd.Dir = root
+	cmd := exec.Command("go", "test", "-c", "-o", s.goBin, ".")
+	cmd.Dir = filepath.Join(root, "kafka", "interop")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("build the Go client drivers: %v\n%s", err, out)

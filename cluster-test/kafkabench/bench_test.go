@@ -1,4 +1,4 @@
-package kafka_test
+package kafkabench
 
 import (
 	"bufio"
@@ -25,7 +25,7 @@ import (
 // binary, re-executed), so its CPU time can be read from /proc while this
 // process generates load over loopback with pipelined connections.
 //
-//	go test -run '^$' -bench BenchmarkGroups -benchtime 200000x ./kafka/
+//	go -C cluster-test test -run '^$' -bench BenchmarkGroups -benchtime 200000x ./kafkabench/
 //
 // COHORT_BENCH_CPUPROFILE=prefix writes a CPU profile of each server for
 // each measured phase, to prefix.heartbeat.<server> and

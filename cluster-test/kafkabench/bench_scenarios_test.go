@@ -1,4 +1,4 @@
-package kafka_test
+package kafkabench
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ import (
 // cluster of three child-process nodes with fsync on every node) with
 // kfake in the same run:
 //
-//	go test -run '^$' -bench 'Formation|Memory|Commit|JoinStorm' -benchtime 1x ./kafka/
+//	go -C cluster-test test -run '^$' -bench 'Formation|Memory|Commit|JoinStorm' -benchtime 1x ./kafkabench/
 //
 // BenchmarkFormation forms COHORT_BENCH_FORM_GROUPS groups (10,000) of 5
 // members, COHORT_BENCH_FORM_PARALLEL (200) at a time, and reports groups/s
