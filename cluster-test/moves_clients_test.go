@@ -22,7 +22,7 @@ import (
 func TestShardMovesRealClients(t *testing.T) {
 	skipShort(t)
 	fams := clientFamilies(t)
-	c := shardedCluster(t, 3)
+	c := shardedCluster(t, 3, patientRaft)
 	waitBalanced(t, c, 90*time.Second)
 	conns := NewConns("moves-test")
 	t.Cleanup(conns.Close)

@@ -24,7 +24,7 @@ import (
 // far it goes, at 1 shard and at 16 (COHORT_BENCH_SHARDS, default "1,16"),
 // in one sitting:
 //
-//	COHORT_CLUSTER_BENCH=1 go test ./cluster-test -run TestBenchShards -v -timeout 60m
+//	COHORT_CLUSTER_BENCH=1 go -C cluster-test test . -run TestBenchShards -v -timeout 60m
 //
 // Each node may be capped at COHORT_BENCH_CPU cores (a cgroup v1 CPU quota
 // per cohortd process; default 0.5, 0 for none), the load generator (this

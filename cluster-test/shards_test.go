@@ -18,10 +18,18 @@ const testShards = 16
 
 // shardedCluster starts n nodes of a 16-shard cluster whose leader
 // placement may move a shard again one second after it last moved.
-func shardedCluster(t *testing.T, n int) *Cluster {
-	return StartCluster(t, n, func(o *Options) {
+func shardedCluster(t *testing.T, n int, opts ...func(*Options)) *Cluster {
+	return StartCluster(t, n, append([]func(*Options){func(o *Options) {
 		o.Args = append(o.Args, "--shards", fmt.Sprint(testShards), "--shard-move-interval", "1s")
-	})
+	}}, opts...)...)
+}
+
+// patientRaft doubles the Raft timeouts, for the tests of planned moves: on
+// a loaded two-core machine a 500 ms heartbeat timeout now and then lets an
+// election happen by itself, and an election is a failover, which clients
+// may see, not a planned move.
+func patientRaft(o *Options) {
+	o.HeartbeatTimeout, o.ElectionTimeout, o.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 }
 
 // ShardLeaders returns how many shards each running node leads, as the
@@ -188,7 +196,7 @@ func TestShardedClusterSpreadsAndSurvivesANodeLoss(t *testing.T) {
 // reaches it to the new one. No group changes generation.
 func TestShardMovesAreInvisibleToClients(t *testing.T) {
 	skipShort(t)
-	c := shardedCluster(t, 3)
+	c := shardedCluster(t, 3, patientRaft)
 	waitBalanced(t, c, 90*time.Second)
 	cfg := DefaultWorkload()
 	cfg.Groups, cfg.Members, cfg.Partitions = 6, 2, 4

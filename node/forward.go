@@ -52,9 +52,10 @@ func isNotCoordinator(res proto.Message) bool {
 }
 
 // forward sends req to the current leader of gs's shard and returns its
-// answer; ok is false when this node leads the shard again (the move
-// failed or came back: ask the local service) or no leader answered other
-// than NOT_COORDINATOR before the deadline.
+// answer; ok is false when the shard is no longer handed over (the move
+// failed, or this node leads the shard again: ask the local service) or no
+// leader answered other than NOT_COORDINATOR before the deadline. While the
+// transfer runs this node is still the Raft leader, fenced: it waits.
 func (n *Node) forward(ctx context.Context, gs *groupShard, req proto.Message, timeout time.Duration) (res proto.Message, ok bool) {
 	if n.remote == nil {
 		return nil, false
@@ -68,7 +69,7 @@ func (n *Node) forward(ctx context.Context, gs *groupShard, req proto.Message, t
 	}
 	me := n.raft.ID()
 	for {
-		if gs.svc.Coordinating() {
+		if !gs.handedOver.Load() {
 			return nil, false
 		}
 		if leader := gs.rep.LeaderID(); leader != "" && leader != me {
@@ -111,7 +112,7 @@ func (f *forwardingAnswerer) Answer(res proto.Message) {
 			f.to.Answer(fwd)
 			return
 		}
-		if f.gs.svc.Coordinating() {
+		if !f.gs.handedOver.Load() && f.gs.svc.Coordinating() {
 			f.gs.svc.Send(f.req, f.to)
 			return
 		}

@@ -42,7 +42,7 @@ func (r *groupRouter) CallWithin(ctx context.Context, req proto.Message, timeout
 			if fwd, ok := r.n.forward(ctx, gs, req, timeout); ok {
 				return fwd, nil
 			}
-			if gs.svc.Coordinating() {
+			if !gs.handedOver.Load() && gs.svc.Coordinating() {
 				return gs.svc.CallWithin(ctx, req, timeout)
 			}
 		}
