@@ -60,6 +60,13 @@ func (l *leaderLease) renew(start int64, epoch uint64) {
 	}
 }
 
+// renewedWithin reports whether a renewal that began within d of now is in
+// force (a write's commit renewed it, say), so a round of its own would add
+// nothing.
+func (l *leaderLease) renewedWithin(d time.Duration) bool {
+	return l.until.Load()-int64(l.validity) > int64(time.Since(l.base)-d)
+}
+
 // begin returns the time and epoch a renewal attempt starts at.
 func (l *leaderLease) begin() (int64, uint64) {
 	l.mu.Lock()
@@ -93,8 +100,11 @@ func (l *leaderLease) suspend() (resume func()) {
 	}
 }
 
-// renewLease keeps the shard's lease while this node leads it: one
-// VerifyLeader round every fifth of the heartbeat timeout. A round that
+// renewLease keeps the shard's lease while this node leads it: the commit
+// of every write the shard's store proposes renews it (a quorum
+// acknowledged the entry after it was proposed, see raftfsm.QuorumWatch),
+// and a VerifyLeader round every fifth of the heartbeat timeout when no
+// commit did within that time (an idle shard, or heartbeats only). A round that
 // takes longer than a heartbeat timeout renews nothing (the lease runs out
 // meanwhile), and the next one starts only after it is answered; the
 // node's stop never waits for one (a round is not always answered once
@@ -124,7 +134,7 @@ func (gs *groupShard) renewLease() {
 			continue
 		case <-t.C:
 		}
-		if pending != nil || !gs.rep.IsLeader() {
+		if pending != nil || !gs.rep.IsLeader() || gs.lease.renewedWithin(every) {
 			continue
 		}
 		start, epoch = gs.lease.begin()

@@ -51,6 +51,7 @@ func (n *Node) startShards() error {
 			return err
 		}
 		gs.svc = svc
+		rep.Store.WatchQuorum(&raftfsm.QuorumWatch{Begin: gs.lease.begin, Confirmed: gs.lease.renew})
 		n.shards = append(n.shards, gs)
 	}
 	n.service = n.shards[0].svc

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -34,7 +35,22 @@ type Store struct {
 	stop    chan struct{}
 	stopped sync.WaitGroup
 	scratch []byte // the batching loop's compression buffer
+	quorum  atomic.Pointer[QuorumWatch]
 }
+
+// QuorumWatch hears of the quorums that confirm this replica's leadership
+// through its writes: a committed entry was acknowledged by a quorum after
+// it was proposed, so leadership was confirmed as of the proposal. Begin is
+// called just before an entry is proposed and returns its marks;
+// Confirmed gets them back once the entry committed. A leader lease
+// renewed this way needs no rounds of its own while writes flow.
+type QuorumWatch struct {
+	Begin     func() (at int64, epoch uint64)
+	Confirmed func(at int64, epoch uint64)
+}
+
+// WatchQuorum sets the store's QuorumWatch.
+func (s *Store) WatchQuorum(w *QuorumWatch) { s.quorum.Store(w) }
 
 type pending struct {
 	w    *raftpb.GroupWrite
@@ -205,9 +221,18 @@ func (s *Store) propose(batch []pending) {
 		}
 	}
 	seq := s.fsm.proposed(data, ws)
+	watch := s.quorum.Load()
+	var at int64
+	var epoch uint64
+	if watch != nil {
+		at, epoch = watch.Begin()
+	}
 	f := s.raft.Apply(data, s.timeout)
 	go func() {
 		err := f.Error()
+		if err == nil && watch != nil {
+			watch.Confirmed(at, epoch)
+		}
 		s.fsm.forget(seq)
 		<-s.slots
 		s.poke() // writes held back for a fuller entry may leave now
