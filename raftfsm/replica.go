@@ -207,6 +207,7 @@ type peerHealth struct {
 	mu      sync.Mutex
 	failing map[string]bool
 	since   map[string]time.Time // when the peer's heartbeats last resumed
+	seen    map[string]time.Time // when PeerSettled was first asked of the peer
 	reset   time.Time            // the last leader change
 	obs     *raft.Observer
 	done    chan struct{}
@@ -215,7 +216,7 @@ type peerHealth struct {
 func (r *Replica) watchPeers() {
 	ch := make(chan raft.Observation, 64)
 	h := &r.health
-	h.failing, h.since, h.reset, h.done = map[string]bool{}, map[string]time.Time{}, time.Now(), make(chan struct{})
+	h.failing, h.since, h.seen, h.reset, h.done = map[string]bool{}, map[string]time.Time{}, map[string]time.Time{}, time.Now(), make(chan struct{})
 	h.obs = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
 		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
@@ -240,6 +241,7 @@ func (r *Replica) watchPeers() {
 				case raft.LeaderObservation:
 					clear(h.failing)
 					clear(h.since)
+					clear(h.seen)
 					h.reset = time.Now()
 				}
 				h.mu.Unlock()
@@ -257,7 +259,8 @@ func (r *Replica) stopWatchingPeers() {
 
 // PeerSettled reports whether this replica, as leader, has seen peer id
 // answer its heartbeats for at least settle: none failed since the last
-// leader change or since they last resumed, settle or more ago. A peer
+// leader change, since they last resumed, or since it was first asked
+// about the peer (a node that just joined), settle or more ago. A peer
 // that just came back is not settled until it kept up for that long.
 func (r *Replica) PeerSettled(id string, settle time.Duration) bool {
 	h := &r.health
@@ -266,9 +269,17 @@ func (r *Replica) PeerSettled(id string, settle time.Duration) bool {
 	if h.failing[id] {
 		return false
 	}
-	since, ok := h.since[id]
+	now := time.Now()
+	seen, ok := h.seen[id]
 	if !ok {
-		since = h.reset
+		seen = now
+		h.seen[id] = now
 	}
-	return time.Since(since) >= settle
+	since := h.reset
+	for _, t := range []time.Time{h.since[id], seen} {
+		if t.After(since) {
+			since = t
+		}
+	}
+	return now.Sub(since) >= settle
 }
