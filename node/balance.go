@@ -39,13 +39,13 @@ func (n *Node) seePlacement() (p placement, ok bool) {
 	me := n.raft.ID()
 	p.counts = map[string]int{}
 	for _, id := range n.raft.Voters() {
-		live := id == me
-		if !live {
-			live = true
+		live := true
+		if id != me {
+			// Every led shard is asked (no early exit): each starts timing
+			// a peer it has not seen from the first time it is asked.
 			for _, gs := range n.shards {
 				if gs.rep.IsLeader() && !gs.rep.PeerSettled(id, peerSettle) {
 					live = false
-					break
 				}
 			}
 		}
