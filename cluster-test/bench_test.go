@@ -63,6 +63,37 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
+// envDuration is the duration in variable name, def when unset.
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return d
+}
+
+// envInts is the comma-separated integers in variable name, def when
+// unset.
+func envInts(t *testing.T, name string, def []int) []int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, s := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", name, v, err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 // percentile returns the q-quantile (nearest rank) of sorted ds.
 func percentile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
@@ -203,25 +234,8 @@ func TestBenchLeaderKill(t *testing.T) {
 // single-partition commits on its own connection.
 func TestBenchCommitThroughput(t *testing.T) {
 	benchEnabled(t)
-	dur := 20 * time.Second
-	if v := os.Getenv("COHORT_BENCH_DURATION"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dur = d
-	}
-	conc := []int{1, 8, 32}
-	if v := os.Getenv("COHORT_BENCH_CONCURRENCY"); v != "" {
-		conc = conc[:0]
-		for _, s := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			conc = append(conc, n)
-		}
-	}
+	dur := envDuration(t, "COHORT_BENCH_DURATION", 20*time.Second)
+	conc := envInts(t, "COHORT_BENCH_CONCURRENCY", []int{1, 8, 32})
 	c := StartCluster(t, 3, benchOptions(t))
 	ctx := context.Background()
 	seedConns := NewConns("bench-admin")

@@ -265,6 +265,54 @@ func (g *clientGroup) firstAckAfter(t time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
+// startSettledGroups starts a group of every family and waits until each
+// settled, recording its generation and what each consumer owns then.
+func startSettledGroups(t *testing.T, c *Cluster, fams []clients.Family, clientID string) []*clientGroup {
+	t.Helper()
+	conns := NewConns(clientID)
+	t.Cleanup(conns.Close)
+	var groups []*clientGroup
+	for _, f := range fams {
+		groups = append(groups, startClientGroup(t, c, conns, f))
+	}
+	for _, g := range groups {
+		d := g.waitSettled(t, 90*time.Second)
+		g.gen = d.gen
+		for _, p := range g.procs {
+			r, _ := p.Last()
+			g.baseline = append(g.baseline, len(p.Reports()))
+			g.owned = append(g.owned, r.Owned)
+		}
+		t.Logf("%s settled at generation %d: %v", g.name, d.gen, d.members)
+	}
+	return groups
+}
+
+// commitLoops has every consumer of every group commit every 500 ms until
+// the returned function is called (which waits for the rounds in flight).
+func commitLoops(groups []*clientGroup) (stop func()) {
+	done := make(chan struct{})
+	var loops sync.WaitGroup
+	for _, g := range groups {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			for round := int64(1); ; round++ {
+				select {
+				case <-done:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+				g.commitRound(round * 1000)
+			}
+		}()
+	}
+	return func() {
+		close(done)
+		loops.Wait()
+	}
+}
+
 type failoverRun struct {
 	kills, followerRestarts int
 	takeover                bool
@@ -332,40 +380,9 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 	c := StartCluster(t, 3, func(o *Options) {
 		o.Args = append(o.Args, "--group-takeover-window="+strconv.FormatBool(run.takeover), "--log-level", "debug")
 	})
-	conns := NewConns("failover-test")
-	t.Cleanup(conns.Close)
-	var groups []*clientGroup
-	for _, f := range fams {
-		groups = append(groups, startClientGroup(t, c, conns, f))
-	}
-	for _, g := range groups {
-		d := g.waitSettled(t, 90*time.Second)
-		g.gen = d.gen
-		for _, p := range g.procs {
-			r, _ := p.Last()
-			g.baseline = append(g.baseline, len(p.Reports()))
-			g.owned = append(g.owned, r.Owned)
-		}
-		t.Logf("%s settled at generation %d: %v", g.name, d.gen, d.members)
-	}
-
+	groups := startSettledGroups(t, c, fams, "failover-test")
 	// Commit rounds every 500 ms from every consumer, through everything.
-	stop := make(chan struct{})
-	var loops sync.WaitGroup
-	for _, g := range groups {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			for round := int64(1); ; round++ {
-				select {
-				case <-stop:
-					return
-				case <-time.After(500 * time.Millisecond):
-				}
-				g.commitRound(round * 1000)
-			}
-		}()
-	}
+	stopCommits := commitLoops(groups)
 
 	var kills []time.Time
 	for i := range run.kills {
@@ -410,8 +427,7 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 		time.Sleep(time.Second)
 	}
 	time.Sleep(2 * time.Second)
-	close(stop)
-	loops.Wait()
+	stopCommits()
 
 	var results []familyResult
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -59,17 +59,10 @@ func TestEmulatorsAgainstKfake(t *testing.T) {
 	if err := w.StopCommits(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	fetched := map[OffsetKey]int64{}
-	for _, g := range w.Groups {
-		offs, _, err := FetchOffsets(ctx, g.Coord, g.Topic, g.Partitions)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p, o := range offs {
-			fetched[OffsetKey{g.ID, g.Topic, p}] = o
-			if o < 1 {
-				t.Errorf("%s %s/%d: fetched %d after commits", g.ID, g.Topic, p, o)
-			}
+	fetched := fetchWorkload(t, ctx, w)
+	for k, o := range fetched {
+		if o < 1 {
+			t.Errorf("%s %s/%d: fetched %d after commits", k.Group, k.Topic, k.Partition, o)
 		}
 	}
 	ops := w.History.Ops()

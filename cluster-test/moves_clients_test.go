@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,38 +23,11 @@ func TestShardMovesRealClients(t *testing.T) {
 	fams := clientFamilies(t)
 	c := shardedCluster(t, 3, patientRaft)
 	waitBalanced(t, c, 90*time.Second)
-	conns := NewConns("moves-test")
-	t.Cleanup(conns.Close)
-	var groups []*clientGroup
-	for _, f := range fams {
-		groups = append(groups, startClientGroup(t, c, conns, f))
-	}
+	groups := startSettledGroups(t, c, fams, "moves-test")
 	for _, g := range groups {
-		d := g.waitSettled(t, 90*time.Second)
-		g.gen = d.gen
-		for _, p := range g.procs {
-			r, _ := p.Last()
-			g.baseline = append(g.baseline, len(p.Reports()))
-			g.owned = append(g.owned, r.Owned)
-		}
-		t.Logf("%s (shard %d) settled at generation %d: %v", g.name, shardOfGroup(g.name), d.gen, d.members)
+		t.Logf("%s is in shard %d", g.name, shardOfGroup(g.name))
 	}
-	stop := make(chan struct{})
-	var loops sync.WaitGroup
-	for _, g := range groups {
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			for round := int64(1); ; round++ {
-				select {
-				case <-stop:
-					return
-				case <-time.After(500 * time.Millisecond):
-				}
-				g.commitRound(round * 1000)
-			}
-		}()
-	}
+	stopCommits := commitLoops(groups)
 
 	moves := envInt(t, "COHORT_MOVES", 10)
 	every := time.Duration(envInt(t, "COHORT_MOVE_EVERY", 3)) * time.Second
@@ -71,8 +43,7 @@ func TestShardMovesRealClients(t *testing.T) {
 		time.Sleep(every)
 	}
 	time.Sleep(2 * time.Second)
-	close(stop)
-	loops.Wait()
+	stopCommits()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -37,17 +37,7 @@ import (
 // phase and its share of the cluster's, and server CPU per operation.
 func TestBenchShards(t *testing.T) {
 	benchEnabled(t)
-	shardCounts := []int{1, 16}
-	if v := os.Getenv("COHORT_BENCH_SHARDS"); v != "" {
-		shardCounts = shardCounts[:0]
-		for _, s := range strings.Split(v, ",") {
-			k, err := strconv.Atoi(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			shardCounts = append(shardCounts, k)
-		}
-	}
+	shardCounts := envInts(t, "COHORT_BENCH_SHARDS", []int{1, 16})
 	quota := 0.5
 	if v := os.Getenv("COHORT_BENCH_CPU"); v != "" {
 		q, err := strconv.ParseFloat(v, 64)
@@ -58,14 +48,7 @@ func TestBenchShards(t *testing.T) {
 	}
 	groups := envInt(t, "COHORT_BENCH_GROUPS", 2000)
 	window := envInt(t, "COHORT_BENCH_WINDOW", 64)
-	dur := 15 * time.Second
-	if v := os.Getenv("COHORT_BENCH_DURATION"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dur = d
-	}
+	dur := envDuration(t, "COHORT_BENCH_DURATION", 15*time.Second)
 	var rows []string
 	for _, shards := range shardCounts {
 		t.Run(fmt.Sprintf("shards=%d", shards), func(t *testing.T) {

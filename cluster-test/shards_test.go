@@ -154,26 +154,8 @@ func TestShardedClusterSpreadsAndSurvivesANodeLoss(t *testing.T) {
 	if err := w.StopCommits(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	fetched := map[OffsetKey]int64{}
-	for _, g := range w.Groups {
-		offs, _, err := FetchOffsets(ctx, g.Coord, g.Topic, g.Partitions)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p, o := range offs {
-			fetched[OffsetKey{g.ID, g.Topic, p}] = o
-		}
-	}
+	checkHistory(t, c, w, fetchWorkload(t, ctx, w))
 	ops := w.History.Ops()
-	for _, err := range CheckGenerations(ops) {
-		t.Error(err)
-	}
-	for _, err := range CheckOffsets(ops, fetched) {
-		t.Error(err)
-	}
-	for _, err := range CheckFencing(ops) {
-		t.Error(err)
-	}
 	joins := 0
 	for _, o := range ops {
 		if o.Kind == OpJoin && o.Start.After(killed) {
@@ -253,6 +235,23 @@ func TestShardMovesAreInvisibleToClients(t *testing.T) {
 		}
 	}
 	t.Logf("%d moves, %d requests; %s", moves, n, Summary(w.History.Ops()))
+}
+
+// fetchWorkload fetches the committed offsets of every group of w from its
+// coordinator.
+func fetchWorkload(t *testing.T, ctx context.Context, w *Workload) map[OffsetKey]int64 {
+	t.Helper()
+	fetched := map[OffsetKey]int64{}
+	for _, g := range w.Groups {
+		offs, _, err := FetchOffsets(ctx, g.Coord, g.Topic, g.Partitions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, o := range offs {
+			fetched[OffsetKey{g.ID, g.Topic, p}] = o
+		}
+	}
+	return fetched
 }
 
 // shardOfGroup is the shard of a group in the test cluster.

@@ -289,6 +289,7 @@ func Start(cfg Config) (_ *Node, err error) {
 		t, ok := cat.Get(topic)
 		return t.Partitions, ok
 	}
+	n.cfg.Group.Partitions = cfg.Group.Partitions // the shards' services read n.cfg
 	if err = n.startMetrics(); err != nil {
 		return nil, err
 	}

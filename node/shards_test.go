@@ -83,6 +83,9 @@ func TestShardedNodeKeepsGroupsInTheirShards(t *testing.T) {
 	if got := n.Raft().ShardCount(); got != 4 {
 		t.Fatalf("shard count %d, want 4", got)
 	}
+	if n.cfg.Group.Partitions == nil {
+		t.Fatal("the shards' group services have no topic catalog (mixed assignors and the takeover window need it)")
+	}
 	type member struct {
 		gen int32
 		id  string

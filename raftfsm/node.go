@@ -211,7 +211,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.Replica, n.logs = meta, meta.logs
 	if stream != nil {
-		stream.raft.Store(meta.raft)
+		stream.names.raft.Store(meta.raft)
 	}
 	if shards > 1 {
 		for k := range shards {

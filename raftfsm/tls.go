@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -30,10 +29,8 @@ type tlsStream struct {
 	src    *tlsconfig.Source
 	server *tls.Config
 	log    *slog.Logger
-	// peerByAddr maps a PeerAddrs override back to its node id.
-	peerByAddr map[raft.ServerAddress]string
-	// raft is set once the node runs; its configuration names the nodes.
-	raft atomic.Pointer[raft.Raft]
+	// names tells the node id behind an address (shards.go).
+	names *peerNames
 }
 
 func newTLSStream(bind string, src *tlsconfig.Source, peers map[string]string, log *slog.Logger) (*tlsStream, error) {
@@ -46,11 +43,7 @@ func newTLSStream(bind string, src *tlsconfig.Source, peers map[string]string, l
 		ln.Close()
 		return nil, fmt.Errorf("raft addr %s is not advertisable (bind a specific address)", bind)
 	}
-	s := &tlsStream{ln: ln, src: src, server: src.Server(tlsconfig.ClientAuthRequire), log: log, peerByAddr: map[raft.ServerAddress]string{}}
-	for id, a := range peers {
-		s.peerByAddr[raft.ServerAddress(a)] = id
-	}
-	return s, nil
+	return &tlsStream{ln: ln, src: src, server: src.Server(tlsconfig.ClientAuthRequire), log: log, names: newPeerNames(peers)}, nil
 }
 
 // Accept returns the next connection; its handshake runs on its first read
@@ -78,25 +71,7 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 }
 
 // serverName is the node id behind address, or its host.
-func (s *tlsStream) serverName(address raft.ServerAddress) string {
-	if id, ok := s.peerByAddr[address]; ok {
-		return id
-	}
-	if r := s.raft.Load(); r != nil {
-		if f := r.GetConfiguration(); f.Error() == nil {
-			for _, srv := range f.Configuration().Servers {
-				if srv.Address == address {
-					return string(srv.ID)
-				}
-			}
-		}
-	}
-	host, _, err := net.SplitHostPort(string(address))
-	if err != nil {
-		return string(address)
-	}
-	return host
-}
+func (s *tlsStream) serverName(address raft.ServerAddress) string { return s.names.lookup(address) }
 
 // handshakeConn completes the server side of the handshake on first use,
 // within raftHandshakeTimeout, and logs a refused peer.

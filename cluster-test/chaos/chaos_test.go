@@ -60,30 +60,37 @@ func TestNemeses(t *testing.T) {
 	d := ciDuration(t, time.Minute)
 	for i, nem := range Nemeses {
 		t.Run(nem, func(t *testing.T) {
-			cfg := DefaultConfig(d, uint64(1000+i))
-			cfg.Nemeses = []string{nem}
-			cfg.Floor.Faults = max(2, int(d/(20*time.Second)))
-			cfg.MoveLeaders()
-			rep, err := Run(t, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			keep(t, rep)
-			t.Log("\n" + rep.Summary())
-			if len(rep.Invalid) > 0 {
-				t.Errorf("run invalid: %v", rep.Invalid)
-			}
-			for _, v := range rep.Violations {
-				t.Errorf("%s at %v: %s", v.Invariant, v.At.Sub(rep.Record.Start).Round(time.Millisecond), v.Text)
-			}
-			if n := len(rep.Record.Faults); n == 0 || rep.Record.Faults[0].Kind != nem {
-				t.Errorf("faults %v, want %s only", rep.Record.Faults, nem)
-			}
+			rep := runNemesis(t, DefaultConfig(d, uint64(1000+i)), nem)
 			if nem == "snapshot" && rep.Record.SnapshotInstalls == 0 {
 				t.Error("no follower installed a snapshot")
 			}
 		})
 	}
+}
+
+// runNemesis runs cfg with nemesis nem alone and fails t on any violation,
+// an invalid run, or faults of another kind.
+func runNemesis(t *testing.T, cfg Config, nem string) *Report {
+	t.Helper()
+	cfg.Nemeses = []string{nem}
+	cfg.Floor.Faults = max(2, int(cfg.Duration/(20*time.Second)))
+	cfg.MoveLeaders()
+	rep, err := Run(t, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep(t, rep)
+	t.Log("\n" + rep.Summary())
+	if len(rep.Invalid) > 0 {
+		t.Errorf("run invalid: %v", rep.Invalid)
+	}
+	for _, v := range rep.Violations {
+		t.Errorf("%s at %v: %s", v.Invariant, v.At.Sub(rep.Record.Start).Round(time.Millisecond), v.Text)
+	}
+	if n := len(rep.Record.Faults); n == 0 || rep.Record.Faults[0].Kind != nem {
+		t.Errorf("faults %v, want %s only", rep.Record.Faults, nem)
+	}
+	return rep
 }
 
 // TestNemesesSharded runs the nemeses that move leadership, and planned
@@ -96,24 +103,7 @@ func TestNemesesSharded(t *testing.T) {
 		t.Run(nem, func(t *testing.T) {
 			cfg := DefaultConfig(d, uint64(3000+i))
 			cfg.Shards = 16
-			cfg.Nemeses = []string{nem}
-			cfg.Floor.Faults = max(2, int(d/(20*time.Second)))
-			cfg.MoveLeaders()
-			rep, err := Run(t, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			keep(t, rep)
-			t.Log("\n" + rep.Summary())
-			if len(rep.Invalid) > 0 {
-				t.Errorf("run invalid: %v", rep.Invalid)
-			}
-			for _, v := range rep.Violations {
-				t.Errorf("%s at %v: %s", v.Invariant, v.At.Sub(rep.Record.Start).Round(time.Millisecond), v.Text)
-			}
-			if n := len(rep.Record.Faults); n == 0 || rep.Record.Faults[0].Kind != nem {
-				t.Errorf("faults %v, want %s only", rep.Record.Faults, nem)
-			}
+			runNemesis(t, cfg, nem)
 		})
 	}
 }

@@ -3,8 +3,6 @@ package member_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/assignor"
 	clustertest "github.com/cohort-coord/cohort/cluster-test"
+	"github.com/cohort-coord/cohort/internal/testmember"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
@@ -189,19 +188,8 @@ var transports = []transportCase{
 	}},
 }
 
-func timing() []member.Opt {
-	var debug []member.Opt
-	if os.Getenv("COHORT_MEMBER_DEBUG") != "" {
-		debug = append(debug, member.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
-	}
-	return append(debug,
-		member.SessionTimeout(6*time.Second),
-		member.HeartbeatInterval(300*time.Millisecond),
-		member.RebalanceTimeout(15*time.Second),
-		member.RetryBackoff(50*time.Millisecond, time.Second),
-		member.RequestTimeout(5*time.Second),
-	)
-}
+// timing is the members' timeouts for tests (testmember.Timing).
+func timing() []member.Opt { return testmember.Timing() }
 
 // group is a set of cohort members of one group under test.
 type group struct {
