@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -29,9 +30,19 @@ import (
 // the new leader through FindCoordinator. A shard this node lost to an
 // election (it crashed, or was cut off) is not forwarded: its clients saw
 // the connection fail and look for the coordinator again anyway.
+//
+// The other side of a move: a node that leads a shard but does not serve it
+// yet (it is loading the shard's groups after the move, or renewing a
+// lease that ran out) holds the shard's requests until it does, up to
+// settleWait, rather than tell their clients to look elsewhere.
 
 // forwardTimeout bounds a forwarded request without a deadline of its own.
 const forwardTimeout = 30 * time.Second
+
+// settleWait bounds how long a request waits for a shard in transit to
+// have a leader that serves it (a hand-over takes tens of milliseconds; an
+// election about a second): then it gets the local answer, NOT_COORDINATOR.
+const settleWait = 3 * time.Second
 
 // isNotCoordinator reports whether res is a NOT_COORDINATOR answer.
 func isNotCoordinator(res proto.Message) bool {
@@ -51,30 +62,52 @@ func isNotCoordinator(res proto.Message) bool {
 	return false
 }
 
-// forward sends req to the current leader of gs's shard and returns its
-// answer; ok is false when the shard is no longer handed over (the move
-// failed, or this node leads the shard again: ask the local service) or no
-// leader answered other than NOT_COORDINATOR before the deadline. While the
-// transfer runs this node is still the Raft leader, fenced: it waits.
-func (n *Node) forward(ctx context.Context, gs *groupShard, req proto.Message, timeout time.Duration) (res proto.Message, ok bool) {
-	if n.remote == nil {
-		return nil, false
-	}
+// inTransit reports whether a NOT_COORDINATOR answer for gs's groups may be
+// a moment of a planned hand-over rather than the truth: this node handed
+// the shard over, or it leads the shard but does not serve it yet (its
+// groups are loading after a move back, or its lease is being renewed).
+func (gs *groupShard) inTransit() bool {
+	return gs.handedOver.Load() || gs.rep.IsLeader()
+}
+
+// serving reports whether this node serves gs's groups from its own state
+// now.
+func (gs *groupShard) serving() bool {
+	return gs.active.Load() && gs.lease.Held(time.Now())
+}
+
+// settle finds who answers req for a shard in transit. It returns the
+// answer of the shard's new leader, forwarded (ok), or ok false when the
+// local service should answer after all: this node serves the shard (again),
+// or it neither leads nor handed over the shard (the leadership moved by an
+// election, and NOT_COORDINATOR is the truth), or the deadline passed.
+// While this node leads but does not serve yet, and while no leader is
+// known, it waits.
+func (n *Node) settle(ctx context.Context, gs *groupShard, req proto.Message, timeout time.Duration) (res proto.Message, ok bool) {
 	if timeout <= 0 {
 		timeout = forwardTimeout
 	}
-	deadline := time.Now().Add(timeout)
-	if dl, has := ctx.Deadline(); has && dl.Before(deadline) {
-		deadline = dl
+	end := time.Now().Add(timeout)
+	if dl, has := ctx.Deadline(); has && dl.Before(end) {
+		end = dl
+	}
+	deadline := end
+	if wait := time.Now().Add(settleWait); wait.Before(deadline) {
+		deadline = wait // the forwarded request itself may take its own time
 	}
 	me := n.raft.ID()
 	for {
-		if !gs.handedOver.Load() {
+		if gs.serving() {
 			return nil, false
 		}
-		if leader := gs.rep.LeaderID(); leader != "" && leader != me {
+		switch leader := gs.rep.LeaderID(); {
+		case leader == me || leader == "":
+			// Loading, transferring or electing: wait.
+		case !gs.handedOver.Load() || n.remote == nil:
+			return nil, false
+		default:
 			if reg, found := n.raft.FSM.Node(leader); found && reg.GetRemoteAddr() != "" {
-				left := time.Until(deadline)
+				left := time.Until(end)
 				if left <= 0 {
 					return nil, false
 				}
@@ -88,34 +121,49 @@ func (n *Node) forward(ctx context.Context, gs *groupShard, req proto.Message, t
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, false
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// forwardingAnswerer passes an answer on, unless it is NOT_COORDINATOR for
-// a shard this node handed over: that request is forwarded instead.
-type forwardingAnswerer struct {
+// settlingAnswerer passes an answer on, unless it is NOT_COORDINATOR for a
+// shard in transit: then the request is settled (forwarded, or answered
+// locally once this node serves the shard). Every request of a sharded
+// node's asynchronous path goes through one, since a request routed while
+// the shard was served can be answered after its hand-over began; they are
+// pooled, so that costs no allocation.
+type settlingAnswerer struct {
 	n   *Node
 	gs  *groupShard
 	req proto.Message
 	to  coordinator.Answerer
 }
 
-func (f *forwardingAnswerer) Answer(res proto.Message) {
-	if !isNotCoordinator(res) {
-		f.to.Answer(res)
+var settlingAnswerers = sync.Pool{New: func() any { return new(settlingAnswerer) }}
+
+func newSettlingAnswerer(n *Node, gs *groupShard, req proto.Message, to coordinator.Answerer) *settlingAnswerer {
+	a := settlingAnswerers.Get().(*settlingAnswerer)
+	*a = settlingAnswerer{n: n, gs: gs, req: req, to: to}
+	return a
+}
+
+func (f *settlingAnswerer) Answer(res proto.Message) {
+	n, gs, req, to := f.n, f.gs, f.req, f.to
+	*f = settlingAnswerer{}
+	settlingAnswerers.Put(f)
+	if !isNotCoordinator(res) || !gs.inTransit() {
+		to.Answer(res)
 		return
 	}
-	// Not on the answering actor's goroutine: the forward waits.
+	// Not on the answering actor's goroutine: settling waits.
 	go func() {
-		if fwd, ok := f.n.forward(context.Background(), f.gs, f.req, 0); ok {
-			f.to.Answer(fwd)
+		if fwd, ok := n.settle(context.Background(), gs, req, 0); ok {
+			to.Answer(fwd)
 			return
 		}
-		if !f.gs.handedOver.Load() && f.gs.svc.Coordinating() {
-			f.gs.svc.Send(f.req, f.to)
+		if gs.serving() {
+			gs.svc.Send(req, to)
 			return
 		}
-		f.to.Answer(res)
+		to.Answer(res)
 	}()
 }

@@ -38,11 +38,11 @@ func (r *groupRouter) CallWithin(ctx context.Context, req proto.Message, timeout
 	case groupRequest:
 		gs := r.of(m.GetGroupId())
 		res, err := gs.svc.CallWithin(ctx, req, timeout)
-		if err == nil && gs.handedOver.Load() && isNotCoordinator(res) {
-			if fwd, ok := r.n.forward(ctx, gs, req, timeout); ok {
+		if err == nil && isNotCoordinator(res) && gs.inTransit() {
+			if fwd, ok := r.n.settle(ctx, gs, req, timeout); ok {
 				return fwd, nil
 			}
-			if !gs.handedOver.Load() && gs.svc.Coordinating() {
+			if gs.serving() {
 				return gs.svc.CallWithin(ctx, req, timeout)
 			}
 		}
@@ -57,10 +57,7 @@ func (r *groupRouter) CallWithin(ctx context.Context, req proto.Message, timeout
 func (r *groupRouter) Send(req proto.Message, to coordinator.Answerer) {
 	if m, ok := req.(groupRequest); ok {
 		gs := r.of(m.GetGroupId())
-		if gs.handedOver.Load() {
-			to = &forwardingAnswerer{n: r.n, gs: gs, req: req, to: to}
-		}
-		gs.svc.Send(req, to)
+		gs.svc.Send(req, newSettlingAnswerer(r.n, gs, req, to))
 		return
 	}
 	r.shards[0].svc.Send(req, to)
