@@ -316,6 +316,11 @@ func commitLoops(groups []*clientGroup) (stop func()) {
 type failoverRun struct {
 	kills, followerRestarts int
 	takeover                bool
+	// sharded runs a cluster of 16 shards and kills, each time, the node
+	// that leads the shards of the most client groups; the others' groups
+	// must not notice, and the killed node's shards move back to it (planned
+	// moves, which no client may notice either) once it returns.
+	sharded bool
 }
 
 // TestFailoverRealClients: every family's group keeps its generation and
@@ -342,6 +347,25 @@ func TestFailoverRealClients(t *testing.T) {
 	}
 }
 
+// TestFailoverRealClientsSharded: the same on a 3-node cluster of 16
+// shards, where a node crash stops only the groups of the shards it led,
+// and its return moves shard leaders back under live groups.
+func TestFailoverRealClientsSharded(t *testing.T) {
+	skipShort(t)
+	run := failoverRun{kills: envInt(t, "COHORT_FAILOVER_KILLS", 4), takeover: true, sharded: true}
+	for _, r := range runFailover(t, run) {
+		if r.rebalances != 0 {
+			t.Errorf("%s: %d rebalances (generation %d -> %d)", r.fam, r.rebalances, r.genBefore, r.genAfter)
+		}
+		if !r.selfRestarts && r.callbacks != 0 {
+			t.Errorf("%s: %d revoke/lost/assign callbacks after the group settled", r.fam, r.callbacks)
+		}
+		if r.moved != 0 {
+			t.Errorf("%s: %d consumers own other partitions than before the failovers", r.fam, r.moved)
+		}
+	}
+}
+
 // TestFailoverRealClientsControl runs the same with the takeover window
 // off (Kafka's rules) and expects rebalances: it shows the test can fail.
 // It runs when COHORT_FAILOVER_CONTROL=1.
@@ -361,6 +385,32 @@ func TestFailoverRealClientsControl(t *testing.T) {
 	}
 }
 
+// busiestShardLeader waits until shard leaders are spread evenly and
+// returns the node that leads the shards of the most groups.
+func busiestShardLeader(t *testing.T, c *Cluster, groups []*clientGroup) *Node {
+	t.Helper()
+	waitBalanced(t, c, 90*time.Second)
+	nodes := c.Running()
+	sts, _ := c.StatusOf(nodes, 2*time.Second)
+	led := map[int]int{} // node index -> groups whose shard it leads
+	for _, g := range groups {
+		k := shardOfGroup(g.name)
+		for i, st := range sts {
+			if st != nil && st.GetShards()[k].GetState() == "Leader" {
+				led[i]++
+			}
+		}
+	}
+	best := 0
+	for i := range nodes {
+		if led[i] > led[best] {
+			best = i
+		}
+	}
+	t.Logf("%s leads the shards of %d of %d groups", nodes[best].ID, led[best], len(groups))
+	return nodes[best]
+}
+
 type familyResult struct {
 	fam                 string
 	rebalances          int
@@ -377,9 +427,16 @@ type familyResult struct {
 
 func runFailover(t *testing.T, run failoverRun) []familyResult {
 	fams := clientFamilies(t)
-	c := StartCluster(t, 3, func(o *Options) {
+	opts := []func(*Options){func(o *Options) {
 		o.Args = append(o.Args, "--group-takeover-window="+strconv.FormatBool(run.takeover), "--log-level", "debug")
-	})
+	}}
+	var c *Cluster
+	if run.sharded {
+		c = shardedCluster(t, 3, opts...)
+		waitBalanced(t, c, 90*time.Second)
+	} else {
+		c = StartCluster(t, 3, opts...)
+	}
 	groups := startSettledGroups(t, c, fams, "failover-test")
 	// Commit rounds every 500 ms from every consumer, through everything.
 	stopCommits := commitLoops(groups)
@@ -387,6 +444,9 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 	var kills []time.Time
 	for i := range run.kills {
 		leader := c.WaitLeader(30 * time.Second)
+		if run.sharded {
+			leader = busiestShardLeader(t, c, groups)
+		}
 		at := time.Now()
 		c.Kill(leader.Index)
 		kills = append(kills, at)
@@ -395,6 +455,9 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 		time.Sleep(3 * time.Second)
 		c.Restart(leader.Index)
 		c.WaitConverged(30 * time.Second)
+		if run.sharded {
+			waitBalanced(t, c, 90*time.Second)
+		}
 		// A quiet window: the next fault comes once every family that
 		// acknowledges its commits has had one acknowledged since this
 		// kill, so faults do not pile onto a client still recovering.

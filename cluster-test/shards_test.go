@@ -343,3 +343,84 @@ func waitShardsConverged(t *testing.T, c *Cluster, timeout time.Duration) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// A shard's clients stay with the node that handed the shard over, which
+// forwards their requests; when the node it was handed to crashes, those
+// requests go to whichever node the election makes the shard's leader next.
+// The clients, still connected to a live node, see no error and no
+// NOT_COORDINATOR (some would rejoin on one), and keep their generation.
+func TestForwardedShardFollowsItsNextLeader(t *testing.T) {
+	skipShort(t)
+	c := shardedCluster(t, 3, patientRaft)
+	waitBalanced(t, c, 90*time.Second)
+	cfg := DefaultWorkload()
+	cfg.Groups, cfg.Members, cfg.Partitions = 2, 2, 4
+	_, w, before := stableWorkload(t, c, cfg)
+	w.SetCommits(true)
+	g := w.Groups[0]
+	k := shardOfGroup(g.ID)
+	nodes := c.Running()
+	sts, _ := c.StatusOf(nodes, 2*time.Second)
+	var from, to *Node
+	for i, st := range sts {
+		if st != nil && st.GetShards()[k].GetState() == "Leader" {
+			from = nodes[i]
+		}
+	}
+	if from == nil {
+		t.Fatalf("shard %d has no leader", k)
+	}
+	for _, n := range nodes {
+		if n != from {
+			to = n
+			break
+		}
+	}
+	sh := uint32(k)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Admin.DoOnLeader(ctx, from.RemoteAddr, &clusterpb.TransferLeadershipRequest{NodeId: to.ID, Shard: &sh}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if st, err := status(c.Admin, to.RemoteAddr, 2*time.Second); err == nil && st.GetShards()[k].GetActive() {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("shard %d not served by %s after its transfer", k, to.ID)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The group's members still talk to the node that handed the shard
+	// over: it forwards. Kill the node it was handed to before placement
+	// may move it again.
+	time.Sleep(500 * time.Millisecond)
+	killed := time.Now()
+	c.Kill(to.Index)
+	t.Logf("shard %d moved %s -> %s, then %s killed", k, from.ID, to.ID, to.ID)
+	waitSuccess(t, w, OpHeartbeat, killed.Add(3*time.Second), to.KafkaAddr, 30*time.Second)
+	waitSuccess(t, w, OpCommit, killed.Add(3*time.Second), to.KafkaAddr, 30*time.Second)
+	after, err := w.WaitStable(30*time.Second, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := after[g.ID]; a.Gen != before[g.ID].Gen {
+		t.Errorf("%s: generation %d before, %d after", g.ID, before[g.ID].Gen, a.Gen)
+	}
+	n := 0
+	for _, o := range w.History.Ops() {
+		if o.Group != g.ID || o.Start.Before(killed) {
+			continue
+		}
+		n++
+		if o.Node != from.KafkaAddr {
+			t.Errorf("%s left the node that forwards its shard: %s", g.ID, o)
+		} else if !o.OK() {
+			t.Errorf("after the kill: %s", o)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no request of the group after the kill")
+	}
+	t.Logf("%d requests of %s after the kill; %s", n, g.ID, Summary(w.History.Ops()))
+}

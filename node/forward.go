@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -27,9 +28,12 @@ import (
 // Clients stay connected to this node until they reconnect for some other
 // reason, so each of their requests costs one more hop
 // (cohort_shard_forwarded_requests_total counts them); new clients find
-// the new leader through FindCoordinator. A shard this node lost to an
-// election (it crashed, or was cut off) is not forwarded: its clients saw
-// the connection fail and look for the coordinator again anyway.
+// the new leader through FindCoordinator. When the node a shard was handed
+// to crashes, the clients still connected here see nothing either: their
+// requests go to whichever node the election makes the shard's leader. A
+// shard this node lost to an election (it crashed, or was cut off) is not
+// forwarded: its clients saw the connection fail and look for the
+// coordinator again anyway.
 //
 // The other side of a move: a node that leads a shard but does not serve it
 // yet (it is loading the shard's groups after the move, or renewing a
@@ -111,10 +115,16 @@ func (n *Node) settle(ctx context.Context, gs *groupShard, req proto.Message, ti
 				if left <= 0 {
 					return nil, false
 				}
-				r, err := n.system.Root.RequestFuture(actor.NewPID(reg.GetRemoteAddr(), actors.RouterName), req, left).Result()
+				r, err := n.forward(gs, leader, reg.GetRemoteAddr(), req, left)
 				if m, isMsg := r.(proto.Message); err == nil && isMsg && !isNotCoordinator(m) {
 					n.metrics.forwarded()
 					return m, true
+				}
+				if errors.Is(err, errLeaderChanged) {
+					// In transit again: wait for the next leader afresh.
+					if deadline = time.Now().Add(settleWait); end.Before(deadline) {
+						deadline = end
+					}
 				}
 			}
 		}
@@ -124,6 +134,45 @@ func (n *Node) settle(ctx context.Context, gs *groupShard, req proto.Message, ti
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// forward sends req to the router of the node at remote, which leads gs's
+// shard, and waits up to timeout for its answer. The wait ends early when
+// the shard's leader changes (the node it went to crashed or lost an
+// election): the caller then sends the request again, to the new leader,
+// rather than wait out the bound on an answer that will never come and
+// then tell a live member to look for its coordinator. A request sent
+// twice is safe: the old leader's answer is discarded, and every group
+// request is checked against the group's replicated state where it lands.
+func (n *Node) forward(gs *groupShard, leader, remote string, req proto.Message, timeout time.Duration) (any, error) {
+	fut := n.system.Root.RequestFuture(actor.NewPID(remote, actors.RouterName), req, timeout)
+	type result struct {
+		r   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := fut.Result()
+		done <- result{r, err}
+	}()
+	tick := time.NewTicker(leaderPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case res := <-done:
+			return res.r, res.err
+		case <-tick.C:
+			if gs.rep.LeaderID() != leader {
+				return nil, errLeaderChanged
+			}
+		}
+	}
+}
+
+// leaderPoll is how often a forwarded request checks that its shard's
+// leader is still the node it went to.
+const leaderPoll = 20 * time.Millisecond
+
+var errLeaderChanged = errors.New("the shard's leader changed while the request was forwarded")
 
 // settlingAnswerer passes an answer on, unless it is NOT_COORDINATOR for a
 // shard in transit: then the request is settled (forwarded, or answered
