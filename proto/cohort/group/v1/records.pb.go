@@ -26,6 +26,57 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ConsumerMemberState is a member's reconciliation state, with Kafka's
+// MemberState values.
+type ConsumerMemberState int32
+
+const (
+	ConsumerMemberState_CONSUMER_MEMBER_STATE_STABLE                ConsumerMemberState = 0
+	ConsumerMemberState_CONSUMER_MEMBER_STATE_UNREVOKED_PARTITIONS  ConsumerMemberState = 1
+	ConsumerMemberState_CONSUMER_MEMBER_STATE_UNRELEASED_PARTITIONS ConsumerMemberState = 2
+)
+
+// Enum value maps for ConsumerMemberState.
+var (
+	ConsumerMemberState_name = map[int32]string{
+		0: "CONSUMER_MEMBER_STATE_STABLE",
+		1: "CONSUMER_MEMBER_STATE_UNREVOKED_PARTITIONS",
+		2: "CONSUMER_MEMBER_STATE_UNRELEASED_PARTITIONS",
+	}
+	ConsumerMemberState_value = map[string]int32{
+		"CONSUMER_MEMBER_STATE_STABLE":                0,
+		"CONSUMER_MEMBER_STATE_UNREVOKED_PARTITIONS":  1,
+		"CONSUMER_MEMBER_STATE_UNRELEASED_PARTITIONS": 2,
+	}
+)
+
+func (x ConsumerMemberState) Enum() *ConsumerMemberState {
+	p := new(ConsumerMemberState)
+	*p = x
+	return p
+}
+
+func (x ConsumerMemberState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConsumerMemberState) Descriptor() protoreflect.EnumDescriptor {
+	return file_cohort_group_v1_records_proto_enumTypes[0].Descriptor()
+}
+
+func (ConsumerMemberState) Type() protoreflect.EnumType {
+	return &file_cohort_group_v1_records_proto_enumTypes[0]
+}
+
+func (x ConsumerMemberState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConsumerMemberState.Descriptor instead.
+func (ConsumerMemberState) EnumDescriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{0}
+}
+
 type MemberRecord struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	MemberId           string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
@@ -623,6 +674,468 @@ func (x *SilentMember) GetGraceEndMs() int64 {
 	return 0
 }
 
+// ConsumerGroupMetadata sets the group epoch (ConsumerGroupEpochRecord).
+type ConsumerGroupMetadata struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Epoch         int32                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupMetadata) Reset() {
+	*x = ConsumerGroupMetadata{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupMetadata) ProtoMessage() {}
+
+func (x *ConsumerGroupMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupMetadata.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupMetadata) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ConsumerGroupMetadata) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMetadata) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// ConsumerGroupMemberMetadata is a member's subscription and settings
+// (ConsumerMemberRecord).
+type ConsumerGroupMemberMetadata struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	GroupId  string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	MemberId string                 `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// A tombstone: the member's record is removed.
+	Deleted            bool   `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	InstanceId         string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	RackId             string `protobuf:"bytes,5,opt,name=rack_id,json=rackId,proto3" json:"rack_id,omitempty"`
+	ClientId           string `protobuf:"bytes,6,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientHost         string `protobuf:"bytes,7,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
+	RebalanceTimeoutMs int32  `protobuf:"varint,8,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
+	// Sorted.
+	SubscribedTopicNames []string `protobuf:"bytes,9,rep,name=subscribed_topic_names,json=subscribedTopicNames,proto3" json:"subscribed_topic_names,omitempty"`
+	SubscribedTopicRegex string   `protobuf:"bytes,10,opt,name=subscribed_topic_regex,json=subscribedTopicRegex,proto3" json:"subscribed_topic_regex,omitempty"`
+	ServerAssignor       string   `protobuf:"bytes,11,opt,name=server_assignor,json=serverAssignor,proto3" json:"server_assignor,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupMemberMetadata) Reset() {
+	*x = ConsumerGroupMemberMetadata{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupMemberMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupMemberMetadata) ProtoMessage() {}
+
+func (x *ConsumerGroupMemberMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupMemberMetadata.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupMemberMetadata) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ConsumerGroupMemberMetadata) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *ConsumerGroupMemberMetadata) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata) GetRackId() string {
+	if x != nil {
+		return x.RackId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata) GetClientHost() string {
+	if x != nil {
+		return x.ClientHost
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata) GetRebalanceTimeoutMs() int32 {
+	if x != nil {
+		return x.RebalanceTimeoutMs
+	}
+	return 0
+}
+
+func (x *ConsumerGroupMemberMetadata) GetSubscribedTopicNames() []string {
+	if x != nil {
+		return x.SubscribedTopicNames
+	}
+	return nil
+}
+
+func (x *ConsumerGroupMemberMetadata) GetSubscribedTopicRegex() string {
+	if x != nil {
+		return x.SubscribedTopicRegex
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata) GetServerAssignor() string {
+	if x != nil {
+		return x.ServerAssignor
+	}
+	return ""
+}
+
+// ConsumerTopicPartitions is the partitions of one topic, sorted.
+type ConsumerTopicPartitions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partitions    []int32                `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerTopicPartitions) Reset() {
+	*x = ConsumerTopicPartitions{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerTopicPartitions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerTopicPartitions) ProtoMessage() {}
+
+func (x *ConsumerTopicPartitions) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerTopicPartitions.ProtoReflect.Descriptor instead.
+func (*ConsumerTopicPartitions) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ConsumerTopicPartitions) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ConsumerTopicPartitions) GetPartitions() []int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// ConsumerGroupTargetAssignmentMember is a member's target assignment
+// (ConsumerTargetRecord).
+type ConsumerGroupTargetAssignmentMember struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	GroupId  string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	MemberId string                 `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// A tombstone: the member's target is removed.
+	Deleted       bool                       `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	Partitions    []*ConsumerTopicPartitions `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupTargetAssignmentMember) Reset() {
+	*x = ConsumerGroupTargetAssignmentMember{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupTargetAssignmentMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupTargetAssignmentMember) ProtoMessage() {}
+
+func (x *ConsumerGroupTargetAssignmentMember) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupTargetAssignmentMember.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupTargetAssignmentMember) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ConsumerGroupTargetAssignmentMember) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupTargetAssignmentMember) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupTargetAssignmentMember) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *ConsumerGroupTargetAssignmentMember) GetPartitions() []*ConsumerTopicPartitions {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// ConsumerGroupTargetAssignmentMetadata sets the epoch of the target
+// assignment (ConsumerTargetEpochRecord).
+type ConsumerGroupTargetAssignmentMetadata struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	GroupId         string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	AssignmentEpoch int32                  `protobuf:"varint,2,opt,name=assignment_epoch,json=assignmentEpoch,proto3" json:"assignment_epoch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupTargetAssignmentMetadata) Reset() {
+	*x = ConsumerGroupTargetAssignmentMetadata{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupTargetAssignmentMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupTargetAssignmentMetadata) ProtoMessage() {}
+
+func (x *ConsumerGroupTargetAssignmentMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupTargetAssignmentMetadata.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupTargetAssignmentMetadata) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ConsumerGroupTargetAssignmentMetadata) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupTargetAssignmentMetadata) GetAssignmentEpoch() int32 {
+	if x != nil {
+		return x.AssignmentEpoch
+	}
+	return 0
+}
+
+// ConsumerGroupCurrentMemberAssignment is a member's current assignment and
+// epochs (ConsumerCurrentRecord).
+type ConsumerGroupCurrentMemberAssignment struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	GroupId  string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	MemberId string                 `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	// A tombstone: the member's current assignment is removed.
+	Deleted                     bool                       `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	MemberEpoch                 int32                      `protobuf:"varint,4,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	PreviousMemberEpoch         int32                      `protobuf:"varint,5,opt,name=previous_member_epoch,json=previousMemberEpoch,proto3" json:"previous_member_epoch,omitempty"`
+	State                       ConsumerMemberState        `protobuf:"varint,6,opt,name=state,proto3,enum=cohort.group.v1.ConsumerMemberState" json:"state,omitempty"`
+	AssignedPartitions          []*ConsumerTopicPartitions `protobuf:"bytes,7,rep,name=assigned_partitions,json=assignedPartitions,proto3" json:"assigned_partitions,omitempty"`
+	PartitionsPendingRevocation []*ConsumerTopicPartitions `protobuf:"bytes,8,rep,name=partitions_pending_revocation,json=partitionsPendingRevocation,proto3" json:"partitions_pending_revocation,omitempty"`
+	unknownFields               protoimpl.UnknownFields
+	sizeCache                   protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) Reset() {
+	*x = ConsumerGroupCurrentMemberAssignment{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupCurrentMemberAssignment) ProtoMessage() {}
+
+func (x *ConsumerGroupCurrentMemberAssignment) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupCurrentMemberAssignment.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupCurrentMemberAssignment) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) GetPreviousMemberEpoch() int32 {
+	if x != nil {
+		return x.PreviousMemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) GetState() ConsumerMemberState {
+	if x != nil {
+		return x.State
+	}
+	return ConsumerMemberState_CONSUMER_MEMBER_STATE_STABLE
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) GetAssignedPartitions() []*ConsumerTopicPartitions {
+	if x != nil {
+		return x.AssignedPartitions
+	}
+	return nil
+}
+
+func (x *ConsumerGroupCurrentMemberAssignment) GetPartitionsPendingRevocation() []*ConsumerTopicPartitions {
+	if x != nil {
+		return x.PartitionsPendingRevocation
+	}
+	return nil
+}
+
 type Record struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -633,6 +1146,11 @@ type Record struct {
 	//	*Record_OffsetTombstone
 	//	*Record_GenerationReserved
 	//	*Record_MemberSessions
+	//	*Record_ConsumerGroupMetadata
+	//	*Record_ConsumerMemberMetadata
+	//	*Record_ConsumerTargetAssignment
+	//	*Record_ConsumerTargetAssignmentMetadata
+	//	*Record_ConsumerCurrentAssignment
 	Kind          isRecord_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -640,7 +1158,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[8]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +1170,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[8]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +1183,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{8}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Record) GetKind() isRecord_Kind {
@@ -729,6 +1247,51 @@ func (x *Record) GetMemberSessions() *MemberSessions {
 	return nil
 }
 
+func (x *Record) GetConsumerGroupMetadata() *ConsumerGroupMetadata {
+	if x != nil {
+		if x, ok := x.Kind.(*Record_ConsumerGroupMetadata); ok {
+			return x.ConsumerGroupMetadata
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetConsumerMemberMetadata() *ConsumerGroupMemberMetadata {
+	if x != nil {
+		if x, ok := x.Kind.(*Record_ConsumerMemberMetadata); ok {
+			return x.ConsumerMemberMetadata
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetConsumerTargetAssignment() *ConsumerGroupTargetAssignmentMember {
+	if x != nil {
+		if x, ok := x.Kind.(*Record_ConsumerTargetAssignment); ok {
+			return x.ConsumerTargetAssignment
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetConsumerTargetAssignmentMetadata() *ConsumerGroupTargetAssignmentMetadata {
+	if x != nil {
+		if x, ok := x.Kind.(*Record_ConsumerTargetAssignmentMetadata); ok {
+			return x.ConsumerTargetAssignmentMetadata
+		}
+	}
+	return nil
+}
+
+func (x *Record) GetConsumerCurrentAssignment() *ConsumerGroupCurrentMemberAssignment {
+	if x != nil {
+		if x, ok := x.Kind.(*Record_ConsumerCurrentAssignment); ok {
+			return x.ConsumerCurrentAssignment
+		}
+	}
+	return nil
+}
+
 type isRecord_Kind interface {
 	isRecord_Kind()
 }
@@ -757,6 +1320,28 @@ type Record_MemberSessions struct {
 	MemberSessions *MemberSessions `protobuf:"bytes,6,opt,name=member_sessions,json=memberSessions,proto3,oneof"`
 }
 
+type Record_ConsumerGroupMetadata struct {
+	// The records of a consumer group (KIP-848), written from log format 4
+	// on; see ConsumerGroupMetadata.
+	ConsumerGroupMetadata *ConsumerGroupMetadata `protobuf:"bytes,7,opt,name=consumer_group_metadata,json=consumerGroupMetadata,proto3,oneof"`
+}
+
+type Record_ConsumerMemberMetadata struct {
+	ConsumerMemberMetadata *ConsumerGroupMemberMetadata `protobuf:"bytes,8,opt,name=consumer_member_metadata,json=consumerMemberMetadata,proto3,oneof"`
+}
+
+type Record_ConsumerTargetAssignment struct {
+	ConsumerTargetAssignment *ConsumerGroupTargetAssignmentMember `protobuf:"bytes,9,opt,name=consumer_target_assignment,json=consumerTargetAssignment,proto3,oneof"`
+}
+
+type Record_ConsumerTargetAssignmentMetadata struct {
+	ConsumerTargetAssignmentMetadata *ConsumerGroupTargetAssignmentMetadata `protobuf:"bytes,10,opt,name=consumer_target_assignment_metadata,json=consumerTargetAssignmentMetadata,proto3,oneof"`
+}
+
+type Record_ConsumerCurrentAssignment struct {
+	ConsumerCurrentAssignment *ConsumerGroupCurrentMemberAssignment `protobuf:"bytes,11,opt,name=consumer_current_assignment,json=consumerCurrentAssignment,proto3,oneof"`
+}
+
 func (*Record_Group) isRecord_Kind() {}
 
 func (*Record_Offset) isRecord_Kind() {}
@@ -768,6 +1353,16 @@ func (*Record_OffsetTombstone) isRecord_Kind() {}
 func (*Record_GenerationReserved) isRecord_Kind() {}
 
 func (*Record_MemberSessions) isRecord_Kind() {}
+
+func (*Record_ConsumerGroupMetadata) isRecord_Kind() {}
+
+func (*Record_ConsumerMemberMetadata) isRecord_Kind() {}
+
+func (*Record_ConsumerTargetAssignment) isRecord_Kind() {}
+
+func (*Record_ConsumerTargetAssignmentMetadata) isRecord_Kind() {}
+
+func (*Record_ConsumerCurrentAssignment) isRecord_Kind() {}
 
 // WriteFence makes a write conditional on the group's durable state: the
 // stored group must be at this generation and have this member. It is checked
@@ -783,7 +1378,7 @@ type WriteFence struct {
 
 func (x *WriteFence) Reset() {
 	*x = WriteFence{}
-	mi := &file_cohort_group_v1_records_proto_msgTypes[9]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +1390,7 @@ func (x *WriteFence) String() string {
 func (*WriteFence) ProtoMessage() {}
 
 func (x *WriteFence) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_group_v1_records_proto_msgTypes[9]
+	mi := &file_cohort_group_v1_records_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1403,7 @@ func (x *WriteFence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFence.ProtoReflect.Descriptor instead.
 func (*WriteFence) Descriptor() ([]byte, []int) {
-	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{9}
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WriteFence) GetGeneration() int32 {
@@ -884,21 +1479,73 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12$\n" +
 	"\x0esession_end_ms\x18\x02 \x01(\x03R\fsessionEndMs\x12 \n" +
 	"\fgrace_end_ms\x18\x03 \x01(\x03R\n" +
-	"graceEndMs\"\xbe\x03\n" +
+	"graceEndMs\"H\n" +
+	"\x15ConsumerGroupMetadata\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\"\xae\x03\n" +
+	"\x1bConsumerGroupMemberMetadata\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\x12\x1f\n" +
+	"\vinstance_id\x18\x04 \x01(\tR\n" +
+	"instanceId\x12\x17\n" +
+	"\arack_id\x18\x05 \x01(\tR\x06rackId\x12\x1b\n" +
+	"\tclient_id\x18\x06 \x01(\tR\bclientId\x12\x1f\n" +
+	"\vclient_host\x18\a \x01(\tR\n" +
+	"clientHost\x120\n" +
+	"\x14rebalance_timeout_ms\x18\b \x01(\x05R\x12rebalanceTimeoutMs\x124\n" +
+	"\x16subscribed_topic_names\x18\t \x03(\tR\x14subscribedTopicNames\x124\n" +
+	"\x16subscribed_topic_regex\x18\n" +
+	" \x01(\tR\x14subscribedTopicRegex\x12'\n" +
+	"\x0fserver_assignor\x18\v \x01(\tR\x0eserverAssignor\"O\n" +
+	"\x17ConsumerTopicPartitions\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\x05R\n" +
+	"partitions\"\xc1\x01\n" +
+	"#ConsumerGroupTargetAssignmentMember\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\x12H\n" +
+	"\n" +
+	"partitions\x18\x04 \x03(\v2(.cohort.group.v1.ConsumerTopicPartitionsR\n" +
+	"partitions\"m\n" +
+	"%ConsumerGroupTargetAssignmentMetadata\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12)\n" +
+	"\x10assignment_epoch\x18\x02 \x01(\x05R\x0fassignmentEpoch\"\xd4\x03\n" +
+	"$ConsumerGroupCurrentMemberAssignment\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\x12!\n" +
+	"\fmember_epoch\x18\x04 \x01(\x05R\vmemberEpoch\x122\n" +
+	"\x15previous_member_epoch\x18\x05 \x01(\x05R\x13previousMemberEpoch\x12:\n" +
+	"\x05state\x18\x06 \x01(\x0e2$.cohort.group.v1.ConsumerMemberStateR\x05state\x12Y\n" +
+	"\x13assigned_partitions\x18\a \x03(\v2(.cohort.group.v1.ConsumerTopicPartitionsR\x12assignedPartitions\x12l\n" +
+	"\x1dpartitions_pending_revocation\x18\b \x03(\v2(.cohort.group.v1.ConsumerTopicPartitionsR\x1bpartitionsPendingRevocation\"\x83\b\n" +
 	"\x06Record\x124\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.cohort.group.v1.GroupRecordH\x00R\x05group\x127\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x12J\n" +
 	"\x0fgroup_tombstone\x18\x03 \x01(\v2\x1f.cohort.group.v1.GroupTombstoneH\x00R\x0egroupTombstone\x12M\n" +
 	"\x10offset_tombstone\x18\x04 \x01(\v2 .cohort.group.v1.OffsetTombstoneH\x00R\x0foffsetTombstone\x12V\n" +
 	"\x13generation_reserved\x18\x05 \x01(\v2#.cohort.group.v1.GenerationReservedH\x00R\x12generationReserved\x12J\n" +
-	"\x0fmember_sessions\x18\x06 \x01(\v2\x1f.cohort.group.v1.MemberSessionsH\x00R\x0ememberSessionsB\x06\n" +
+	"\x0fmember_sessions\x18\x06 \x01(\v2\x1f.cohort.group.v1.MemberSessionsH\x00R\x0ememberSessions\x12`\n" +
+	"\x17consumer_group_metadata\x18\a \x01(\v2&.cohort.group.v1.ConsumerGroupMetadataH\x00R\x15consumerGroupMetadata\x12h\n" +
+	"\x18consumer_member_metadata\x18\b \x01(\v2,.cohort.group.v1.ConsumerGroupMemberMetadataH\x00R\x16consumerMemberMetadata\x12t\n" +
+	"\x1aconsumer_target_assignment\x18\t \x01(\v24.cohort.group.v1.ConsumerGroupTargetAssignmentMemberH\x00R\x18consumerTargetAssignment\x12\x87\x01\n" +
+	"#consumer_target_assignment_metadata\x18\n" +
+	" \x01(\v26.cohort.group.v1.ConsumerGroupTargetAssignmentMetadataH\x00R consumerTargetAssignmentMetadata\x12w\n" +
+	"\x1bconsumer_current_assignment\x18\v \x01(\v25.cohort.group.v1.ConsumerGroupCurrentMemberAssignmentH\x00R\x19consumerCurrentAssignmentB\x06\n" +
 	"\x04kind\"I\n" +
 	"\n" +
 	"WriteFence\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x01 \x01(\x05R\n" +
 	"generation\x12\x1b\n" +
-	"\tmember_id\x18\x02 \x01(\tR\bmemberIdB>Z<github.com/cohort-coord/cohort/proto/cohort/group/v1;grouppbb\x06proto3"
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId*\x98\x01\n" +
+	"\x13ConsumerMemberState\x12 \n" +
+	"\x1cCONSUMER_MEMBER_STATE_STABLE\x10\x00\x12.\n" +
+	"*CONSUMER_MEMBER_STATE_UNREVOKED_PARTITIONS\x10\x01\x12/\n" +
+	"+CONSUMER_MEMBER_STATE_UNRELEASED_PARTITIONS\x10\x02B>Z<github.com/cohort-coord/cohort/proto/cohort/group/v1;grouppbb\x06proto3"
 
 var (
 	file_cohort_group_v1_records_proto_rawDescOnce sync.Once
@@ -912,33 +1559,50 @@ func file_cohort_group_v1_records_proto_rawDescGZIP() []byte {
 	return file_cohort_group_v1_records_proto_rawDescData
 }
 
-var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_cohort_group_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_cohort_group_v1_records_proto_goTypes = []any{
-	(*MemberRecord)(nil),       // 0: cohort.group.v1.MemberRecord
-	(*GroupRecord)(nil),        // 1: cohort.group.v1.GroupRecord
-	(*GenerationReserved)(nil), // 2: cohort.group.v1.GenerationReserved
-	(*OffsetRecord)(nil),       // 3: cohort.group.v1.OffsetRecord
-	(*GroupTombstone)(nil),     // 4: cohort.group.v1.GroupTombstone
-	(*OffsetTombstone)(nil),    // 5: cohort.group.v1.OffsetTombstone
-	(*MemberSessions)(nil),     // 6: cohort.group.v1.MemberSessions
-	(*SilentMember)(nil),       // 7: cohort.group.v1.SilentMember
-	(*Record)(nil),             // 8: cohort.group.v1.Record
-	(*WriteFence)(nil),         // 9: cohort.group.v1.WriteFence
+	(ConsumerMemberState)(0),                      // 0: cohort.group.v1.ConsumerMemberState
+	(*MemberRecord)(nil),                          // 1: cohort.group.v1.MemberRecord
+	(*GroupRecord)(nil),                           // 2: cohort.group.v1.GroupRecord
+	(*GenerationReserved)(nil),                    // 3: cohort.group.v1.GenerationReserved
+	(*OffsetRecord)(nil),                          // 4: cohort.group.v1.OffsetRecord
+	(*GroupTombstone)(nil),                        // 5: cohort.group.v1.GroupTombstone
+	(*OffsetTombstone)(nil),                       // 6: cohort.group.v1.OffsetTombstone
+	(*MemberSessions)(nil),                        // 7: cohort.group.v1.MemberSessions
+	(*SilentMember)(nil),                          // 8: cohort.group.v1.SilentMember
+	(*ConsumerGroupMetadata)(nil),                 // 9: cohort.group.v1.ConsumerGroupMetadata
+	(*ConsumerGroupMemberMetadata)(nil),           // 10: cohort.group.v1.ConsumerGroupMemberMetadata
+	(*ConsumerTopicPartitions)(nil),               // 11: cohort.group.v1.ConsumerTopicPartitions
+	(*ConsumerGroupTargetAssignmentMember)(nil),   // 12: cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	(*ConsumerGroupTargetAssignmentMetadata)(nil), // 13: cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	(*ConsumerGroupCurrentMemberAssignment)(nil),  // 14: cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	(*Record)(nil),                                // 15: cohort.group.v1.Record
+	(*WriteFence)(nil),                            // 16: cohort.group.v1.WriteFence
 }
 var file_cohort_group_v1_records_proto_depIdxs = []int32{
-	0, // 0: cohort.group.v1.GroupRecord.members:type_name -> cohort.group.v1.MemberRecord
-	7, // 1: cohort.group.v1.MemberSessions.members:type_name -> cohort.group.v1.SilentMember
-	1, // 2: cohort.group.v1.Record.group:type_name -> cohort.group.v1.GroupRecord
-	3, // 3: cohort.group.v1.Record.offset:type_name -> cohort.group.v1.OffsetRecord
-	4, // 4: cohort.group.v1.Record.group_tombstone:type_name -> cohort.group.v1.GroupTombstone
-	5, // 5: cohort.group.v1.Record.offset_tombstone:type_name -> cohort.group.v1.OffsetTombstone
-	2, // 6: cohort.group.v1.Record.generation_reserved:type_name -> cohort.group.v1.GenerationReserved
-	6, // 7: cohort.group.v1.Record.member_sessions:type_name -> cohort.group.v1.MemberSessions
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	1,  // 0: cohort.group.v1.GroupRecord.members:type_name -> cohort.group.v1.MemberRecord
+	8,  // 1: cohort.group.v1.MemberSessions.members:type_name -> cohort.group.v1.SilentMember
+	11, // 2: cohort.group.v1.ConsumerGroupTargetAssignmentMember.partitions:type_name -> cohort.group.v1.ConsumerTopicPartitions
+	0,  // 3: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.state:type_name -> cohort.group.v1.ConsumerMemberState
+	11, // 4: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.assigned_partitions:type_name -> cohort.group.v1.ConsumerTopicPartitions
+	11, // 5: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.partitions_pending_revocation:type_name -> cohort.group.v1.ConsumerTopicPartitions
+	2,  // 6: cohort.group.v1.Record.group:type_name -> cohort.group.v1.GroupRecord
+	4,  // 7: cohort.group.v1.Record.offset:type_name -> cohort.group.v1.OffsetRecord
+	5,  // 8: cohort.group.v1.Record.group_tombstone:type_name -> cohort.group.v1.GroupTombstone
+	6,  // 9: cohort.group.v1.Record.offset_tombstone:type_name -> cohort.group.v1.OffsetTombstone
+	3,  // 10: cohort.group.v1.Record.generation_reserved:type_name -> cohort.group.v1.GenerationReserved
+	7,  // 11: cohort.group.v1.Record.member_sessions:type_name -> cohort.group.v1.MemberSessions
+	9,  // 12: cohort.group.v1.Record.consumer_group_metadata:type_name -> cohort.group.v1.ConsumerGroupMetadata
+	10, // 13: cohort.group.v1.Record.consumer_member_metadata:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata
+	12, // 14: cohort.group.v1.Record.consumer_target_assignment:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	13, // 15: cohort.group.v1.Record.consumer_target_assignment_metadata:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	14, // 16: cohort.group.v1.Record.consumer_current_assignment:type_name -> cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_cohort_group_v1_records_proto_init() }
@@ -948,26 +1612,32 @@ func file_cohort_group_v1_records_proto_init() {
 	}
 	file_cohort_group_v1_records_proto_msgTypes[0].OneofWrappers = []any{}
 	file_cohort_group_v1_records_proto_msgTypes[1].OneofWrappers = []any{}
-	file_cohort_group_v1_records_proto_msgTypes[8].OneofWrappers = []any{
+	file_cohort_group_v1_records_proto_msgTypes[14].OneofWrappers = []any{
 		(*Record_Group)(nil),
 		(*Record_Offset)(nil),
 		(*Record_GroupTombstone)(nil),
 		(*Record_OffsetTombstone)(nil),
 		(*Record_GenerationReserved)(nil),
 		(*Record_MemberSessions)(nil),
+		(*Record_ConsumerGroupMetadata)(nil),
+		(*Record_ConsumerMemberMetadata)(nil),
+		(*Record_ConsumerTargetAssignment)(nil),
+		(*Record_ConsumerTargetAssignmentMetadata)(nil),
+		(*Record_ConsumerCurrentAssignment)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_group_v1_records_proto_rawDesc), len(file_cohort_group_v1_records_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   10,
+			NumEnums:      1,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_cohort_group_v1_records_proto_goTypes,
 		DependencyIndexes: file_cohort_group_v1_records_proto_depIdxs,
+		EnumInfos:         file_cohort_group_v1_records_proto_enumTypes,
 		MessageInfos:      file_cohort_group_v1_records_proto_msgTypes,
 	}.Build()
 	File_cohort_group_v1_records_proto = out.File

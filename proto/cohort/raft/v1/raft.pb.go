@@ -493,7 +493,8 @@ func (x *NodeRegister) GetShards() uint32 {
 // LogFormat raises the cluster's log format: from the entry on, entries may
 // use everything the format allows, and a node that applies only a lower
 // one may not join. It never goes down. Format 1 is plain Envelopes; format
-// 2 adds compressed ones (COMMAND_TYPE_COMPRESSED).
+// 2 adds compressed ones (COMMAND_TYPE_COMPRESSED); format 3 MemberSessions
+// records; format 4 consumer group records.
 type LogFormat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Format        uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
@@ -593,6 +594,11 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_Node
 	//	*SnapshotRecord_LogFormat
 	//	*SnapshotRecord_MemberSessions
+	//	*SnapshotRecord_ConsumerGroupMetadata
+	//	*SnapshotRecord_ConsumerMemberMetadata
+	//	*SnapshotRecord_ConsumerTargetAssignment
+	//	*SnapshotRecord_ConsumerTargetAssignmentMetadata
+	//	*SnapshotRecord_ConsumerCurrentAssignment
 	//	*SnapshotRecord_Scram
 	//	*SnapshotRecord_Acl
 	Kind          isSnapshotRecord_Kind `protobuf_oneof:"kind"`
@@ -691,6 +697,51 @@ func (x *SnapshotRecord) GetMemberSessions() *v1.MemberSessions {
 	return nil
 }
 
+func (x *SnapshotRecord) GetConsumerGroupMetadata() *v1.ConsumerGroupMetadata {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_ConsumerGroupMetadata); ok {
+			return x.ConsumerGroupMetadata
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetConsumerMemberMetadata() *v1.ConsumerGroupMemberMetadata {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_ConsumerMemberMetadata); ok {
+			return x.ConsumerMemberMetadata
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetConsumerTargetAssignment() *v1.ConsumerGroupTargetAssignmentMember {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_ConsumerTargetAssignment); ok {
+			return x.ConsumerTargetAssignment
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetConsumerTargetAssignmentMetadata() *v1.ConsumerGroupTargetAssignmentMetadata {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_ConsumerTargetAssignmentMetadata); ok {
+			return x.ConsumerTargetAssignmentMetadata
+		}
+	}
+	return nil
+}
+
+func (x *SnapshotRecord) GetConsumerCurrentAssignment() *v1.ConsumerGroupCurrentMemberAssignment {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_ConsumerCurrentAssignment); ok {
+			return x.ConsumerCurrentAssignment
+		}
+	}
+	return nil
+}
+
 func (x *SnapshotRecord) GetScram() *v11.ScramCredential {
 	if x != nil {
 		if x, ok := x.Kind.(*SnapshotRecord_Scram); ok {
@@ -739,6 +790,29 @@ type SnapshotRecord_MemberSessions struct {
 	MemberSessions *v1.MemberSessions `protobuf:"bytes,6,opt,name=member_sessions,json=memberSessions,proto3,oneof"`
 }
 
+type SnapshotRecord_ConsumerGroupMetadata struct {
+	// A consumer group's records, present from log format 4 on: per group,
+	// its metadata, its target assignment's metadata, then per member (by
+	// id) its member metadata, target and current assignment.
+	ConsumerGroupMetadata *v1.ConsumerGroupMetadata `protobuf:"bytes,7,opt,name=consumer_group_metadata,json=consumerGroupMetadata,proto3,oneof"`
+}
+
+type SnapshotRecord_ConsumerMemberMetadata struct {
+	ConsumerMemberMetadata *v1.ConsumerGroupMemberMetadata `protobuf:"bytes,8,opt,name=consumer_member_metadata,json=consumerMemberMetadata,proto3,oneof"`
+}
+
+type SnapshotRecord_ConsumerTargetAssignment struct {
+	ConsumerTargetAssignment *v1.ConsumerGroupTargetAssignmentMember `protobuf:"bytes,9,opt,name=consumer_target_assignment,json=consumerTargetAssignment,proto3,oneof"`
+}
+
+type SnapshotRecord_ConsumerTargetAssignmentMetadata struct {
+	ConsumerTargetAssignmentMetadata *v1.ConsumerGroupTargetAssignmentMetadata `protobuf:"bytes,10,opt,name=consumer_target_assignment_metadata,json=consumerTargetAssignmentMetadata,proto3,oneof"`
+}
+
+type SnapshotRecord_ConsumerCurrentAssignment struct {
+	ConsumerCurrentAssignment *v1.ConsumerGroupCurrentMemberAssignment `protobuf:"bytes,11,opt,name=consumer_current_assignment,json=consumerCurrentAssignment,proto3,oneof"`
+}
+
 type SnapshotRecord_Scram struct {
 	Scram *v11.ScramCredential `protobuf:"bytes,16,opt,name=scram,proto3,oneof"`
 }
@@ -758,6 +832,16 @@ func (*SnapshotRecord_Node) isSnapshotRecord_Kind() {}
 func (*SnapshotRecord_LogFormat) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_MemberSessions) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_ConsumerGroupMetadata) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_ConsumerMemberMetadata) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_ConsumerTargetAssignment) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_ConsumerTargetAssignmentMetadata) isSnapshotRecord_Kind() {}
+
+func (*SnapshotRecord_ConsumerCurrentAssignment) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Scram) isSnapshotRecord_Kind() {}
 
@@ -806,7 +890,7 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\x06format\x18\x01 \x01(\rR\x06format\"%\n" +
 	"\n" +
 	"NodeRemove\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xe9\x03\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xae\b\n" +
 	"\x0eSnapshotRecord\x124\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.cohort.group.v1.GroupRecordH\x00R\x05group\x127\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x123\n" +
@@ -814,7 +898,13 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\x04node\x18\x04 \x01(\v2\x1c.cohort.raft.v1.NodeRegisterH\x00R\x04node\x12:\n" +
 	"\n" +
 	"log_format\x18\x05 \x01(\v2\x19.cohort.raft.v1.LogFormatH\x00R\tlogFormat\x12J\n" +
-	"\x0fmember_sessions\x18\x06 \x01(\v2\x1f.cohort.group.v1.MemberSessionsH\x00R\x0ememberSessions\x12;\n" +
+	"\x0fmember_sessions\x18\x06 \x01(\v2\x1f.cohort.group.v1.MemberSessionsH\x00R\x0ememberSessions\x12`\n" +
+	"\x17consumer_group_metadata\x18\a \x01(\v2&.cohort.group.v1.ConsumerGroupMetadataH\x00R\x15consumerGroupMetadata\x12h\n" +
+	"\x18consumer_member_metadata\x18\b \x01(\v2,.cohort.group.v1.ConsumerGroupMemberMetadataH\x00R\x16consumerMemberMetadata\x12t\n" +
+	"\x1aconsumer_target_assignment\x18\t \x01(\v24.cohort.group.v1.ConsumerGroupTargetAssignmentMemberH\x00R\x18consumerTargetAssignment\x12\x87\x01\n" +
+	"#consumer_target_assignment_metadata\x18\n" +
+	" \x01(\v26.cohort.group.v1.ConsumerGroupTargetAssignmentMetadataH\x00R consumerTargetAssignmentMetadata\x12w\n" +
+	"\x1bconsumer_current_assignment\x18\v \x01(\v25.cohort.group.v1.ConsumerGroupCurrentMemberAssignmentH\x00R\x19consumerCurrentAssignment\x12;\n" +
 	"\x05scram\x18\x10 \x01(\v2#.cohort.security.v1.ScramCredentialH\x00R\x05scram\x122\n" +
 	"\x03acl\x18\x11 \x01(\v2\x1e.cohort.security.v1.AclBindingH\x00R\x03aclB\x06\n" +
 	"\x04kind*\xbc\x02\n" +
@@ -845,24 +935,29 @@ func file_cohort_raft_v1_raft_proto_rawDescGZIP() []byte {
 var file_cohort_raft_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_cohort_raft_v1_raft_proto_goTypes = []any{
-	(CommandType)(0),            // 0: cohort.raft.v1.CommandType
-	(*Envelope)(nil),            // 1: cohort.raft.v1.Envelope
-	(*GroupWrites)(nil),         // 2: cohort.raft.v1.GroupWrites
-	(*GroupWrite)(nil),          // 3: cohort.raft.v1.GroupWrite
-	(*TopicCreate)(nil),         // 4: cohort.raft.v1.TopicCreate
-	(*TopicDelete)(nil),         // 5: cohort.raft.v1.TopicDelete
-	(*NodeRegister)(nil),        // 6: cohort.raft.v1.NodeRegister
-	(*LogFormat)(nil),           // 7: cohort.raft.v1.LogFormat
-	(*NodeRemove)(nil),          // 8: cohort.raft.v1.NodeRemove
-	(*SnapshotRecord)(nil),      // 9: cohort.raft.v1.SnapshotRecord
-	nil,                         // 10: cohort.raft.v1.NodeRegister.KafkaListenersEntry
-	(*v1.Record)(nil),           // 11: cohort.group.v1.Record
-	(*v1.WriteFence)(nil),       // 12: cohort.group.v1.WriteFence
-	(*v1.GroupRecord)(nil),      // 13: cohort.group.v1.GroupRecord
-	(*v1.OffsetRecord)(nil),     // 14: cohort.group.v1.OffsetRecord
-	(*v1.MemberSessions)(nil),   // 15: cohort.group.v1.MemberSessions
-	(*v11.ScramCredential)(nil), // 16: cohort.security.v1.ScramCredential
-	(*v11.AclBinding)(nil),      // 17: cohort.security.v1.AclBinding
+	(CommandType)(0),                                 // 0: cohort.raft.v1.CommandType
+	(*Envelope)(nil),                                 // 1: cohort.raft.v1.Envelope
+	(*GroupWrites)(nil),                              // 2: cohort.raft.v1.GroupWrites
+	(*GroupWrite)(nil),                               // 3: cohort.raft.v1.GroupWrite
+	(*TopicCreate)(nil),                              // 4: cohort.raft.v1.TopicCreate
+	(*TopicDelete)(nil),                              // 5: cohort.raft.v1.TopicDelete
+	(*NodeRegister)(nil),                             // 6: cohort.raft.v1.NodeRegister
+	(*LogFormat)(nil),                                // 7: cohort.raft.v1.LogFormat
+	(*NodeRemove)(nil),                               // 8: cohort.raft.v1.NodeRemove
+	(*SnapshotRecord)(nil),                           // 9: cohort.raft.v1.SnapshotRecord
+	nil,                                              // 10: cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	(*v1.Record)(nil),                                // 11: cohort.group.v1.Record
+	(*v1.WriteFence)(nil),                            // 12: cohort.group.v1.WriteFence
+	(*v1.GroupRecord)(nil),                           // 13: cohort.group.v1.GroupRecord
+	(*v1.OffsetRecord)(nil),                          // 14: cohort.group.v1.OffsetRecord
+	(*v1.MemberSessions)(nil),                        // 15: cohort.group.v1.MemberSessions
+	(*v1.ConsumerGroupMetadata)(nil),                 // 16: cohort.group.v1.ConsumerGroupMetadata
+	(*v1.ConsumerGroupMemberMetadata)(nil),           // 17: cohort.group.v1.ConsumerGroupMemberMetadata
+	(*v1.ConsumerGroupTargetAssignmentMember)(nil),   // 18: cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	(*v1.ConsumerGroupTargetAssignmentMetadata)(nil), // 19: cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	(*v1.ConsumerGroupCurrentMemberAssignment)(nil),  // 20: cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	(*v11.ScramCredential)(nil),                      // 21: cohort.security.v1.ScramCredential
+	(*v11.AclBinding)(nil),                           // 22: cohort.security.v1.AclBinding
 }
 var file_cohort_raft_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: cohort.raft.v1.Envelope.type:type_name -> cohort.raft.v1.CommandType
@@ -876,13 +971,18 @@ var file_cohort_raft_v1_raft_proto_depIdxs = []int32{
 	6,  // 8: cohort.raft.v1.SnapshotRecord.node:type_name -> cohort.raft.v1.NodeRegister
 	7,  // 9: cohort.raft.v1.SnapshotRecord.log_format:type_name -> cohort.raft.v1.LogFormat
 	15, // 10: cohort.raft.v1.SnapshotRecord.member_sessions:type_name -> cohort.group.v1.MemberSessions
-	16, // 11: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
-	17, // 12: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	16, // 11: cohort.raft.v1.SnapshotRecord.consumer_group_metadata:type_name -> cohort.group.v1.ConsumerGroupMetadata
+	17, // 12: cohort.raft.v1.SnapshotRecord.consumer_member_metadata:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata
+	18, // 13: cohort.raft.v1.SnapshotRecord.consumer_target_assignment:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	19, // 14: cohort.raft.v1.SnapshotRecord.consumer_target_assignment_metadata:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	20, // 15: cohort.raft.v1.SnapshotRecord.consumer_current_assignment:type_name -> cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	21, // 16: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
+	22, // 17: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_cohort_raft_v1_raft_proto_init() }
@@ -897,6 +997,11 @@ func file_cohort_raft_v1_raft_proto_init() {
 		(*SnapshotRecord_Node)(nil),
 		(*SnapshotRecord_LogFormat)(nil),
 		(*SnapshotRecord_MemberSessions)(nil),
+		(*SnapshotRecord_ConsumerGroupMetadata)(nil),
+		(*SnapshotRecord_ConsumerMemberMetadata)(nil),
+		(*SnapshotRecord_ConsumerTargetAssignment)(nil),
+		(*SnapshotRecord_ConsumerTargetAssignmentMetadata)(nil),
+		(*SnapshotRecord_ConsumerCurrentAssignment)(nil),
 		(*SnapshotRecord_Scram)(nil),
 		(*SnapshotRecord_Acl)(nil),
 	}
