@@ -191,6 +191,21 @@ func (d *writeDecoder) record(r *pb.Record, b []byte) bool {
 	case 6:
 		ms := &pb.MemberSessions{}
 		r.Kind, msg = &pb.Record_MemberSessions{MemberSessions: ms}, ms
+	case 7:
+		c := &pb.ConsumerGroupMetadata{}
+		r.Kind, msg = &pb.Record_ConsumerGroupMetadata{ConsumerGroupMetadata: c}, c
+	case 8:
+		c := &pb.ConsumerGroupMemberMetadata{}
+		r.Kind, msg = &pb.Record_ConsumerMemberMetadata{ConsumerMemberMetadata: c}, c
+	case 9:
+		c := &pb.ConsumerGroupTargetAssignmentMember{}
+		r.Kind, msg = &pb.Record_ConsumerTargetAssignment{ConsumerTargetAssignment: c}, c
+	case 10:
+		c := &pb.ConsumerGroupTargetAssignmentMetadata{}
+		r.Kind, msg = &pb.Record_ConsumerTargetAssignmentMetadata{ConsumerTargetAssignmentMetadata: c}, c
+	case 11:
+		c := &pb.ConsumerGroupCurrentMemberAssignment{}
+		r.Kind, msg = &pb.Record_ConsumerCurrentAssignment{ConsumerCurrentAssignment: c}, c
 	default:
 		return false
 	}

@@ -103,10 +103,17 @@ func TestDecodeGroupWritesMatchesProto(t *testing.T) {
 	for name, b := range cases {
 		t.Run(name, func(t *testing.T) { sameAsProto(t, b) })
 	}
-	// The commits take the hand-written path.
+	// The commits take the hand-written path, and so do the writes of
+	// consumer records (their messages decoded by proto.Unmarshal).
 	var d writeDecoder
 	if _, ok := d.fast(one); !ok {
 		t.Fatal("a batch of commits was not decoded by hand")
+	}
+	for i, b := range consumerPayloads(t, 2, 30) {
+		sameAsProto(t, b)
+		if _, ok := d.fast(b); !ok {
+			t.Fatalf("consumer records' write %d was not decoded by hand", i)
+		}
 	}
 }
 
@@ -146,6 +153,9 @@ func FuzzDecodeGroupWrites(f *testing.F) {
 		for _, b := range payloads(f, seed, 5) {
 			f.Add(b)
 		}
+	}
+	for _, b := range consumerPayloads(f, 1, 8) {
+		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { sameAsProto(t, b) })
 }

@@ -256,7 +256,12 @@ func (f *FSM) applyWrites(ws *raftpb.GroupWrites) *ApplyResult {
 	res := &ApplyResult{Errs: make([]error, len(ws.GetWrites()))}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	format := f.format.Load()
 	for i, w := range ws.GetWrites() {
+		if format < LogFormatConsumer && hasConsumerRecords(w.GetRecords()) {
+			res.Errs[i] = f.state.applyBelowConsumerFormat(w, max(format, LogFormatPlain))
+			continue
+		}
 		res.Errs[i] = f.state.ApplyWrite(w)
 	}
 	return res
@@ -457,7 +462,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		case *raftpb.SnapshotRecord_Scram, *raftpb.SnapshotRecord_Acl:
 			sec.add(&rec)
 		default:
-			return fmt.Errorf("raftfsm: restore: unknown record %T", k)
+			c := consumerFromSnapshot(&rec)
+			if c == nil {
+				return fmt.Errorf("raftfsm: restore: unknown record %T", k)
+			}
+			state.applyConsumer(c)
 		}
 	}
 	if format > LogFormat {

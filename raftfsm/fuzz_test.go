@@ -83,6 +83,9 @@ func FuzzApply(f *testing.F) {
 	compressed := [][]byte{mustCommand(f, raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT, &raftpb.LogFormat{Format: LogFormat}), compressEntry(commitBatch(f, 40), &buf)}
 	f.Add(joinEntries(compressed, false))
 	f.Add(joinEntries(compressed, true))
+	// A consumer group's records, once the format allows them.
+	f.Add(joinEntries(consumerEntries(f, 1, 12), false))
+	f.Add(joinEntries(consumerEntries(f, 2, 12), true))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, b := NewFSM(catalog.New(), quiet), NewFSM(catalog.New(), quiet)
 		for i, e := range splitEntries(data) {
@@ -117,6 +120,11 @@ func FuzzRestore(f *testing.F) {
 		}
 		f.Add(encoded(f, src))
 	}
+	consumer := NewFSM(catalog.New(), quiet)
+	for i, e := range consumerEntries(f, 3, 30) {
+		applyAt(consumer, uint64(i+1), e)
+	}
+	f.Add(encoded(f, consumer))
 	f.Add([]byte{0x00})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -29,8 +29,14 @@ const (
 	// which carries members' sessions over a change of coordinator. Below
 	// this format the store drops such writes: older nodes cannot read them.
 	LogFormatSessions uint32 = 3
+	// LogFormatConsumer: a group write may hold a consumer group's
+	// (KIP-848) records (consumer.go). Below this format the store refuses
+	// such writes (ErrLogFormatTooLow), and the FSM refuses them too, so
+	// they change nothing on any node, as on an older one, which ignores
+	// records it does not know.
+	LogFormatConsumer uint32 = 4
 	// LogFormat is the highest format this version applies and writes.
-	LogFormat = LogFormatSessions
+	LogFormat = LogFormatConsumer
 )
 
 const (

@@ -19,8 +19,9 @@ import (
 )
 
 // State is the durable state of every group: its latest group record and
-// its committed offsets. Applying writes to it is deterministic: no clock, no
-// randomness, and no map iteration decides anything.
+// its committed offsets, and a consumer group's records (consumer.go).
+// Applying writes to it is deterministic: no clock, no randomness, and no
+// map iteration decides anything.
 type State struct {
 	groups map[string]*groupEntry
 }
@@ -31,6 +32,9 @@ type groupEntry struct {
 	// sessions is the group's last MemberSessions (nil: none); it goes with
 	// the group record.
 	sessions *pb.MemberSessions
+	// consumer is the group's consumer (KIP-848) records (nil: none),
+	// apart from rec: see consumer.go.
+	consumer *consumerState
 }
 
 // storedGroup is a stored group record, kept in its deterministic encoding
@@ -196,8 +200,9 @@ func (s *State) applyRecord(r *pb.Record) {
 			}
 		}
 	case *pb.Record_GroupTombstone:
+		// The group is gone, whatever its type.
 		if g := s.groups[k.GroupTombstone.GetGroupId()]; g != nil {
-			g.rec, g.sessions = nil, nil
+			g.rec, g.sessions, g.consumer = nil, nil, nil
 			s.forgetIfEmpty(k.GroupTombstone.GetGroupId())
 		}
 	case *pb.Record_OffsetTombstone:
@@ -206,11 +211,14 @@ func (s *State) applyRecord(r *pb.Record) {
 			delete(g.offsets, offsetKey{t.GetTopic(), t.GetPartition()})
 			s.forgetIfEmpty(t.GetGroupId())
 		}
+	case *pb.Record_ConsumerGroupMetadata, *pb.Record_ConsumerMemberMetadata, *pb.Record_ConsumerTargetAssignment,
+		*pb.Record_ConsumerTargetAssignmentMetadata, *pb.Record_ConsumerCurrentAssignment:
+		s.applyConsumer(r)
 	}
 }
 
 func (s *State) forgetIfEmpty(id string) {
-	if g := s.groups[id]; g != nil && g.rec == nil && len(g.offsets) == 0 {
+	if g := s.groups[id]; g != nil && g.rec == nil && len(g.offsets) == 0 && g.consumer == nil {
 		delete(s.groups, id)
 	}
 }
@@ -263,8 +271,8 @@ func (s *State) Groups() []string {
 }
 
 // capture appends the state's snapshot records to out: groups in id order,
-// each group's record, then its MemberSessions, then its offsets in (topic,
-// partition) order.
+// each group's record, then its MemberSessions, then its consumer records
+// (consumerState.records), then its offsets in (topic, partition) order.
 func (s *State) capture(out []snapRecord) []snapRecord {
 	for _, id := range s.Groups() {
 		g := s.groups[id]
@@ -274,6 +282,7 @@ func (s *State) capture(out []snapRecord) []snapRecord {
 		if g.sessions != nil {
 			out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_MemberSessions{MemberSessions: g.sessions}}})
 		}
+		out = captureConsumer(out, g.consumer)
 		for _, o := range g.sortedOffsets() {
 			out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Offset{Offset: o}}})
 		}

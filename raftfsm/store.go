@@ -95,6 +95,9 @@ func (s *Store) Append(groupID string, recs []*pb.Record, fence *pb.WriteFence, 
 		done(nil)
 		return
 	}
+	if s.refuseConsumerBelowFormat(groupID, recs, done) {
+		return
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
