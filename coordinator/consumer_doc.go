@@ -70,8 +70,20 @@
 // racks); topics are named, so a topic deleted and created again under the
 // same name between two catalog updates is not noticed.
 //
-// Still to wire for issue 30 (nothing outside coordinator/ and assignor/
-// knows this machine yet):
+// Replicated: consumer_persist.go converts the five ConsumerRecord types to
+// and from protobuf records (cohort.group.v1: ConsumerGroupMetadata,
+// ConsumerGroupMemberMetadata, ConsumerGroupTargetAssignmentMember,
+// ConsumerGroupTargetAssignmentMetadata, ConsumerGroupCurrentMemberAssignment,
+// as Kafka names its records); raftfsm applies them (from log format 4,
+// which the cluster reaches once every node applies it: below it the store
+// refuses such writes with ErrStoreUnavailable), keeps each group's records
+// compacted, apart from its classic record, in snapshots too, and reads them
+// back (ConsumerRecords on raftfsm's FSM, Store and MemoryStore) in an order
+// that ConsumerRecordsFromProto and RestoreConsumerGroup rebuild the same
+// group from. A GroupTombstone removes a group's records of both types.
+//
+// Still to wire for issue 30 (nothing outside coordinator/, assignor/ and
+// raftfsm/ knows this machine yet):
 //
 //   - Wire: ConsumerGroupHeartbeat (API key 68, v0-v1) and
 //     ConsumerGroupDescribe (69, v0-v1) in kafka/, mapping kmsg to
@@ -82,18 +94,22 @@
 //     type "consumer", DescribeGroups v6. Describe maps from Members(),
 //     State(), Epoch(), AssignmentEpoch() and AssignorName(). Fuzz the
 //     decoders.
-//   - Raft: the five ConsumerRecord types as protobuf records in proto/
-//     (cohort/group/v1), an apply table and snapshot entries in raftfsm/;
-//     the records are written in the order returned and replayed in that
-//     order. Nothing here reads a clock or draws a random number: the v0
-//     member id comes in the request (GeneratedMemberID).
 //   - Actors: the group actor holds either a classic Group or a
-//     ConsumerGroup (a behavior per type), executes ConsumerEffects (persist
-//     before reply, ConsumerTimer keys), calls SetTopics on catalog changes
-//     and RestoreConsumerGroup + ArmAll on takeover. A group id has one type:
-//     a heartbeat at epoch != 0 to a classic group, or classic requests to a
-//     consumer group, answer GROUP_ID_NOT_FOUND / INCONSISTENT_GROUP_PROTOCOL
-//     until migration exists.
+//     ConsumerGroup (a behavior per type) and executes ConsumerEffects:
+//     Store.Append(id, ConsumerRecordsToProto(id, fx.Records), nil, done),
+//     one write per call, before the reply (an ErrStoreUnavailable below log
+//     format 4 answers COORDINATOR_NOT_AVAILABLE, or the wire layer does not
+//     advertise the API until raftfsm's FSM.LogFormat() is 4), ConsumerTimer
+//     keys; it calls SetTopics on catalog changes and, on takeover,
+//     RestoreConsumerGroup(ConsumerRecordsFromProto(store.ConsumerRecords(id)))
+//     + ArmAll. The actors' Store interface needs ConsumerRecords, and
+//     loading groups must tell the types apart: a group id with consumer
+//     records is a consumer group (raftfsm keeps a classic record next to
+//     them if one was written, and leaves the choice to the owner). A group
+//     id has one type: a heartbeat at epoch != 0 to a classic group, or
+//     classic requests to a consumer group, answer GROUP_ID_NOT_FOUND /
+//     INCONSISTENT_GROUP_PROTOCOL until migration exists. Deleting a consumer
+//     group (DeleteGroups, offsets expiry) writes a GroupTombstone.
 //   - Migration classic <-> consumer (the reference's section 4): not
 //     started; it needs classic members served inside a ConsumerGroup.
 //   - Offsets: OffsetCommit/OffsetFetch v9+ member-epoch checks need the
