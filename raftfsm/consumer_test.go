@@ -8,6 +8,8 @@ import (
 	"io"
 	"slices"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -388,4 +390,61 @@ func TestConsumerRecordsWaitForEveryNode(t *testing.T) {
 	if d.g.Epoch() < 5 {
 		t.Fatalf("the run reached epoch %d only", d.g.Epoch())
 	}
+}
+
+// Three in-memory replicas: a follower cut off while the leader writes a
+// consumer group's records and compacts its log catches up by installing
+// a snapshot, and then by the log; from its state, as from every node's,
+// the live group is rebuilt.
+func TestClusterConsumerGroupCatchUpBySnapshot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t, 3, func(conf *raft.Config) {
+			conf.SnapshotThreshold = 16
+			conf.SnapshotInterval = 200 * time.Millisecond
+			conf.TrailingLogs = 4
+		})
+		defer c.shutdown()
+		l := c.leader()
+		if res, _ := apply(t, l, mustCommand(t, raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT, &raftpb.LogFormat{Format: LogFormatConsumer})); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+		s := NewStore(l.r, l.fsm.FSM, time.Second)
+		defer s.Close()
+		d := newCGDriver("g", 5)
+		run := func(steps int) {
+			for range steps {
+				if recs := d.step(); len(recs) > 0 {
+					if err := appendWait(t, s, "g", nil, coordinator.ConsumerRecordsToProto("g", recs)...); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		run(20)
+		c.converge(l, c.nodes...)
+		f := c.nodes[0]
+		if f == l {
+			f = c.nodes[1]
+		}
+		c.isolate(f)
+		behind := f.r.LastIndex()
+		run(150)
+		if err := l.r.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			t.Fatalf("leader snapshot: %v", err)
+		}
+		if first, _ := l.logs.FirstIndex(); first <= behind+1 {
+			t.Fatalf("leader log starts at %d: the follower's next entry %d was not compacted", first, behind+1)
+		}
+		c.heal(f)
+		c.converge(l, c.nodes...)
+		if f.fsm.restoreCount() == 0 {
+			t.Fatal("the follower caught up without installing a snapshot")
+		}
+		sameGroup(t, "the follower, from the snapshot", d, f.fsm.FSM)
+		run(30)
+		c.converge(l, c.nodes...)
+		for _, nd := range c.nodes {
+			sameGroup(t, string(nd.id), d, nd.fsm.FSM)
+		}
+	})
 }
