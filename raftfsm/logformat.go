@@ -31,9 +31,8 @@ const (
 	LogFormatSessions uint32 = 3
 	// LogFormatConsumer: a group write may hold a consumer group's
 	// (KIP-848) records (consumer.go). Below this format the store refuses
-	// such writes (ErrLogFormatTooLow), and the FSM refuses them too, so
-	// they change nothing on any node, as on an older one, which ignores
-	// records it does not know.
+	// such writes (ErrLogFormatTooLow), and the FSM applies one as an older
+	// node does, which ignores records it does not know: without them.
 	LogFormatConsumer uint32 = 4
 	// LogFormat is the highest format this version applies and writes.
 	LogFormat = LogFormatConsumer
