@@ -136,22 +136,35 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 	if _, hb := req.(*pb.HeartbeatRequest); !hb && a.env.observer != nil {
 		a.track.cause = causeOf(a.g, req)
 	}
+	forwarded := a.env.fromPeer(to)
 	switch m := req.(type) {
 	case *pb.HeartbeatRequest:
 		code := a.g.Heartbeat(now, m, &a.fx)
 		deliver(ctx, to, coordinator.HeartbeatAnswer(code))
+		if forwarded {
+			a.g.HeardThroughPeer(now, m.GetMemberId())
+		}
 	case *pb.JoinGroupRequest:
 		var newID string
 		if m.GetMemberId() == "" {
 			newID = uuid.NewString()
 		}
+		if forwarded {
+			a.g.ForwardedJoin(m.GetMemberId())
+		}
 		a.g.Join(now, m, newID, to, &a.fx)
 	case *pb.SyncGroupRequest:
 		a.g.Sync(now, m, to, &a.fx)
+		if forwarded {
+			a.g.HeardThroughPeer(now, m.GetMemberId())
+		}
 	case *pb.LeaveGroupRequest:
 		a.g.Leave(now, m, to, &a.fx)
 	case *pb.OffsetCommitRequest:
 		a.g.Commit(now, m, to, &a.fx)
+		if forwarded {
+			a.g.HeardThroughPeer(now, m.GetMemberId())
+		}
 	case *pb.OffsetFetchRequest:
 		deliver(ctx, to, a.g.Fetch(m))
 	case *pb.OffsetDeleteRequest:

@@ -41,6 +41,9 @@ type env struct {
 	// lease, when set, must hold for a group actor to answer: false
 	// answers NOT_COORDINATOR (see Options.Lease).
 	lease func(now time.Time) bool
+	// peer, when set, reports whether an address is another node's
+	// (Options.Peer).
+	peer func(addr string) bool
 	// workers run the router's mailbox and the group actors' timer wakes
 	// (workers.go).
 	workers *workers
@@ -66,6 +69,13 @@ func (e *env) takeover(groupID string) coordinator.TakeoverSessions {
 		t.Silent = ss.Sessions(groupID)
 	}
 	return t
+}
+
+// fromPeer reports whether an answer goes to another node of the cluster,
+// which forwarded the request.
+func (e *env) fromPeer(to coordinator.ReplyTo) bool {
+	pid, ok := to.(*actor.PID)
+	return ok && e.peer != nil && pid != nil && e.peer(pid.Address)
 }
 
 // answers reports whether a group actor spawned in activation term may

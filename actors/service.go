@@ -44,6 +44,14 @@ type Options struct {
 	// changed. now is the actor's clock reading for the request, taken
 	// just before the lease is asked.
 	Lease func(now time.Time) bool
+	// Peer, when set, reports whether an actor system address is another
+	// node of the cluster. A request answered to such an address was
+	// forwarded by that node for a client connected to it (a node that
+	// handed a shard over forwards what its clients still send it): the
+	// group keeps the member's takeover window open, since the member's
+	// connection may break without this coordinator failing
+	// (coordinator.Group.HeardThroughPeer).
+	Peer func(addr string) bool
 	// Name is the groups actor's name (default RouterName). A node that
 	// holds several shards runs a service per shard, each under its own
 	// name, behind one RouterName actor that routes by shard.
@@ -154,7 +162,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	if err := opts.Config.Validate(); err != nil {
 		return nil, err
 	}
-	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer, lease: opts.Lease, workers: newWorkers(), lifecycle: newLifecycleLimiter()}
+	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer, lease: opts.Lease, peer: opts.Peer, workers: newWorkers(), lifecycle: newLifecycleLimiter()}
 	if e.store == nil {
 		return nil, errors.New("actors: a store is required")
 	}

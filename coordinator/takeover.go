@@ -47,6 +47,12 @@ import (
 // which is what Kafka does for a static leader before KIP-814 and which
 // leaves the group without a leader that notices partition changes.
 //
+// A member heard through a peer (a node that handed the group's shard over
+// and forwards what the member still sends it) is connected to that node:
+// if it fails, the member loses its connection as in a failover, though this
+// coordinator did not fail. Its window stays open for a session timeout
+// after each forwarded request (HeardThroughPeer).
+//
 // Outside the window, and for a rejoin that changed anything above, Kafka's
 // rules apply unchanged: a leader's rejoin, a changed subscription or a
 // changed partition count rebalances.
@@ -64,6 +70,33 @@ func (g *Group) openTakeoverWindow(now time.Time) {
 
 // closeTakeover ends m's window: it has spoken to this coordinator.
 func (g *Group) closeTakeover(id string) { delete(g.takeover, id) }
+
+// HeardThroughPeer tells the group that member id's request, just handled,
+// reached it through another coordinator node, which forwards to this one
+// what its clients send for a group it handed over. The member is connected
+// to that node, not to this one: should that node fail, the member loses
+// its connection as it would in a failover, and rejoins here. So its
+// window stays open, or opens, for a session timeout from now, on the
+// window's usual terms (a Stable group with no rebalance under way). Call
+// it after the request was handled, for every request but JoinGroup: a
+// forwarded JoinGroup is the member's own decision, under Kafka's rules
+// (close the window first with ForwardedJoin).
+func (g *Group) HeardThroughPeer(now time.Time, id string) {
+	m := g.members.get(id)
+	if m == nil || g.cfg.DisableTakeoverWindow || g.state != Stable || g.floor != g.generation || g.rebalancePending {
+		return
+	}
+	if g.takeover == nil {
+		g.takeover = map[string]time.Time{}
+	}
+	g.takeover[id] = now.Add(m.sessionTimeout())
+}
+
+// ForwardedJoin tells the group that member id's JoinGroup, about to be
+// handled, reached it through another coordinator node (see
+// HeardThroughPeer): its connection did not break, so the rejoin is the
+// member's own and the window does not apply to it.
+func (g *Group) ForwardedJoin(id string) { g.closeTakeover(id) }
 
 // TakeoverRejoins reports how many rejoins the takeover window answered
 // with the current generation since the group was loaded.

@@ -239,3 +239,66 @@ func TestTakeoverLeaderSeesCurrentSubscriptions(t *testing.T) {
 		t.Fatalf("describe shows %x", d.Members[1].Metadata)
 	}
 }
+
+// A member heard through a peer (another node forwards its requests here)
+// keeps a window open a session timeout past its last forwarded request, so
+// its rejoin after that peer fails keeps the generation; a forwarded
+// JoinGroup, and a rejoin after the window, follow Kafka's rules.
+func TestTakeoverWindowThroughPeer(t *testing.T) {
+	// forwarded is a heartbeat of m0 and m1 through a peer, as the group
+	// actor reports it.
+	forwarded := func(h *harness) {
+		for _, m := range []string{"m0", "m1"} {
+			if code := h.heartbeat(m, 5); code != ErrNone {
+				h.t.Fatalf("%s heartbeat %d", m, code)
+			}
+			h.g.HeardThroughPeer(h.now, m)
+		}
+	}
+	t.Run("rejoin after the peer failed", func(t *testing.T) {
+		h := takeoverHarness(t, 4)
+		for range 3 {
+			forwarded(h)
+			h.advance(8 * time.Second)
+		}
+		l := h.joinOK(h.rejoin("m0", 9, takeoverSub(5, 0, 1)))
+		if l.GenerationId != 5 || !l.SkipAssignment {
+			t.Fatalf("leader rejoin: generation %d, skip assignment %v", l.GenerationId, l.SkipAssignment)
+		}
+		h.wantState(Stable, 5, "m0", "m1")
+		if n := h.g.TakeoverRejoins(); n != 1 {
+			t.Fatalf("takeover rejoins %d", n)
+		}
+	})
+	for _, tc := range []struct {
+		name   string
+		before func(h *harness)
+	}{
+		{"a session after the last forwarded request", func(h *harness) {
+			forwarded(h)
+			h.advance(9 * time.Second)
+			h.heartbeat("m1", 5)
+			// A commit keeps m0 alive and leaves its window as it is.
+			h.commit(&pb.OffsetCommitRequest{MemberId: "m0", GenerationId: 5, Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 0, Offset: 1}}}}})
+			h.advance(time.Second + ms)
+		}},
+		{"a forwarded join", func(h *harness) {
+			forwarded(h)
+			h.g.ForwardedJoin("m0")
+		}},
+		{"heard directly after", func(h *harness) {
+			forwarded(h)
+			h.heartbeat("m0", 5)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := takeoverHarness(t, 4)
+			tc.before(h)
+			hd := h.rejoin("m0", 9, takeoverSub(5, 0, 1))
+			h.wantParked(hd)
+			if h.g.State() != PreparingRebalance {
+				t.Fatalf("state %v, want PreparingRebalance", h.g.State())
+			}
+		})
+	}
+}

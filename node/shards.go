@@ -35,6 +35,20 @@ type groupShard struct {
 	handedOver atomic.Bool
 }
 
+// isPeer reports whether addr is another node's native API address: a
+// request answered there was forwarded by that node (forward.go).
+func (n *Node) isPeer(addr string) bool {
+	if addr == "" || addr == n.remoteAddr {
+		return false
+	}
+	for _, reg := range n.raft.FSM.Nodes() {
+		if reg.GetRemoteAddr() == addr {
+			return true
+		}
+	}
+	return false
+}
+
 // startShards starts a group service per shard, fenced until this node
 // leads the shard.
 func (n *Node) startShards() error {
@@ -45,6 +59,7 @@ func (n *Node) startShards() error {
 		if len(reps) > 1 {
 			opts.Name = fmt.Sprintf("%s-s%02d", actors.RouterName, k)
 			opts.Logger = n.log.With("shard", k)
+			opts.Peer = n.isPeer
 		}
 		svc, err := actors.Start(n.system, opts)
 		if err != nil {
