@@ -35,7 +35,7 @@ func TestShardMovesRealClients(t *testing.T) {
 	for i := range moves {
 		g := groups[i%len(groups)]
 		k := shardOfGroup(g.name)
-		d, err := moveShard(c, k)
+		_, _, d, err := moveShard(c, k)
 		if err != nil {
 			t.Fatalf("move %d (shard %d of %s): %v", i+1, k, g.name, err)
 		}
@@ -83,12 +83,11 @@ func TestShardMovesRealClients(t *testing.T) {
 }
 
 // moveShard moves shard k's leadership from its leader to another running
-// node and returns the time from the request until the new leader
-// reports the shard active.
-func moveShard(c *Cluster, k int) (time.Duration, error) {
+// node and returns both, and the time from the request until the new
+// leader reports the shard active.
+func moveShard(c *Cluster, k int) (from, to *Node, took time.Duration, err error) {
 	nodes := c.Running()
 	sts, _ := c.StatusOf(nodes, 2*time.Second)
-	var from, to *Node
 	for i, st := range sts {
 		if st == nil || k >= len(st.GetShards()) {
 			continue
@@ -100,22 +99,22 @@ func moveShard(c *Cluster, k int) (time.Duration, error) {
 		}
 	}
 	if from == nil || to == nil {
-		return 0, errNoLeader
+		return nil, nil, 0, errNoLeader
 	}
 	sh := uint32(k)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := c.Admin.DoOnLeader(ctx, from.RemoteAddr, &clusterpb.TransferLeadershipRequest{NodeId: to.ID, Shard: &sh}); err != nil {
-		return 0, err
+		return nil, nil, 0, err
 	}
 	for ctx.Err() == nil {
 		if st, err := status(c.Admin, to.RemoteAddr, 2*time.Second); err == nil && st.GetShards()[k].GetActive() {
-			return time.Since(start), nil
+			return from, to, time.Since(start), nil
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return 0, ctx.Err()
+	return nil, nil, 0, ctx.Err()
 }
 
 var errNoLeader = errorString("shard has no leader, or no other node to move it to")

@@ -359,37 +359,9 @@ func TestForwardedShardFollowsItsNextLeader(t *testing.T) {
 	w.SetCommits(true)
 	g := w.Groups[0]
 	k := shardOfGroup(g.ID)
-	nodes := c.Running()
-	sts, _ := c.StatusOf(nodes, 2*time.Second)
-	var from, to *Node
-	for i, st := range sts {
-		if st != nil && st.GetShards()[k].GetState() == "Leader" {
-			from = nodes[i]
-		}
-	}
-	if from == nil {
-		t.Fatalf("shard %d has no leader", k)
-	}
-	for _, n := range nodes {
-		if n != from {
-			to = n
-			break
-		}
-	}
-	sh := uint32(k)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := c.Admin.DoOnLeader(ctx, from.RemoteAddr, &clusterpb.TransferLeadershipRequest{NodeId: to.ID, Shard: &sh}); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if st, err := status(c.Admin, to.RemoteAddr, 2*time.Second); err == nil && st.GetShards()[k].GetActive() {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("shard %d not served by %s after its transfer", k, to.ID)
-		}
-		time.Sleep(5 * time.Millisecond)
+	from, to, _, err := moveShard(c, k)
+	if err != nil {
+		t.Fatalf("move shard %d: %v", k, err)
 	}
 	// The group's members still talk to the node that handed the shard
 	// over: it forwards. Kill the node it was handed to before placement

@@ -319,21 +319,8 @@ func logEvents(t *testing.T, n *Node) []uint32 {
 // once it registers format 4 the format rises, and every node applies the
 // consumer records to the same state, from which the group is rebuilt.
 func TestConsumerRecordsWaitForEveryNode(t *testing.T) {
-	node := func(id string, bootstrap bool) *Node {
-		cfg := testConfig(t.TempDir())
-		cfg.NodeID, cfg.Bootstrap = id, bootstrap
-		slowTimings(&cfg)
-		n, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		return n
-	}
-	n1 := node("node1", true)
-	waitFor(t, "node1 to lead", n1.IsLeader)
-	n2, n3 := node("node2", false), node("node3", false)
-	all := []*Node{n1, n2, n3}
+	all := threeSlowNodes(t)
+	n1, n2, n3 := all[0], all[1], all[2]
 	ctx := context.Background()
 	register := func(n *Node, format uint32) {
 		onLeader(t, "register "+n.ID(), all, func(l *Node) error {

@@ -176,21 +176,8 @@ func entryTypes(t testing.TB, n *Node) []raftpb.CommandType {
 // voter has registered that it applies compressed ones; then every node
 // applies them to the same state; and a node that does not is refused.
 func TestLogFormatRaisedWhenEveryVoterApplies(t *testing.T) {
-	node := func(id string, bootstrap bool) *Node {
-		cfg := testConfig(t.TempDir())
-		cfg.NodeID, cfg.Bootstrap = id, bootstrap
-		slowTimings(&cfg)
-		n, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		return n
-	}
-	n1 := node("node1", true)
-	waitFor(t, "node1 to lead", n1.IsLeader)
-	n2, n3 := node("node2", false), node("node3", false)
-	all := []*Node{n1, n2, n3}
+	all := threeSlowNodes(t)
+	n1, n3 := all[0], all[2]
 	ctx := context.Background()
 	joinAs := func(n *Node, format uint32) error {
 		var err error
@@ -265,7 +252,7 @@ func TestLogFormatRaisedWhenEveryVoterApplies(t *testing.T) {
 	}
 
 	// A node of an older version may no longer join.
-	n4 := node("node4", false)
+	n4 := slowNode(t, "node4", false)
 	err := joinAs(n4, LogFormatPlain)
 	if !errors.Is(err, ErrIncompatibleNode) || !errors.Is(err, ErrInvalidRequest) {
 		t.Fatalf("joining a format 1 node: %v", err)
@@ -362,4 +349,27 @@ func sameEnvelope(t *testing.T, b []byte) {
 	if got.typ != want.GetType() || got.version != want.GetVersion() || got.ignorable != want.GetIgnorable() || !bytes.Equal(got.payload, want.GetPayload()) {
 		t.Fatalf("%x: parseEnvelope %+v, proto.Unmarshal %v", b, got, &want)
 	}
+}
+
+// slowNode opens a node on real files with slow timings.
+func slowNode(t *testing.T, id string, bootstrap bool) *Node {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	cfg.NodeID, cfg.Bootstrap = id, bootstrap
+	slowTimings(&cfg)
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// threeSlowNodes opens three slow nodes, node1 bootstrapped and leading;
+// the others are not joined yet.
+func threeSlowNodes(t *testing.T) []*Node {
+	t.Helper()
+	n1 := slowNode(t, "node1", true)
+	waitFor(t, "node1 to lead", n1.IsLeader)
+	return []*Node{n1, slowNode(t, "node2", false), slowNode(t, "node3", false)}
 }
