@@ -75,6 +75,10 @@ type FSM struct {
 	// format is the cluster's log format (LogFormat; 0 reads as 1),
 	// changed under mu on the apply goroutine, read without it.
 	format atomic.Uint32
+	// shardMap is the cluster's shard map (shardmap.go), nil until
+	// recorded; localShards is this node's data dir's shard count.
+	shardMap    *raftpb.ShardMap
+	localShards atomic.Int32
 	// The apply goroutine's scratch (Apply is called from one goroutine,
 	// raft's): the decoder of group writes and the buffer compressed
 	// entries are inflated into, both reused from entry to entry.
@@ -99,6 +103,7 @@ var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResul
 	raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER: (*FSM).applyNodeRegister,
 	raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE:   (*FSM).applyNodeRemove,
 	raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT:    (*FSM).applyLogFormat,
+	raftpb.CommandType_COMMAND_TYPE_SHARD_MAP:     (*FSM).applyShardMap,
 }
 
 // Apply implements raft.FSM. An entry of an unknown type or version is
@@ -163,8 +168,16 @@ func (f *FSM) applyEnvelope(index uint64, data []byte, inner bool) *ApplyResult 
 // skip, and returns why (wrapping ErrHalted).
 func (f *FSM) haltOn(what string) error {
 	f.log.Error("halting: an entry this version cannot apply and may not skip", "entry", what)
-	halt := fmt.Errorf("%w: %s", ErrHalted, what)
-	f.halt.Store(&halt)
+	return f.haltWith(errors.New(what))
+}
+
+// haltWith halts the FSM for cause (wrapped with ErrHalted); halting again
+// keeps the first cause.
+func (f *FSM) haltWith(cause error) error {
+	halt := fmt.Errorf("%w: %w", ErrHalted, cause)
+	if !f.halt.CompareAndSwap(nil, &halt) {
+		return *f.halt.Load()
+	}
 	close(f.halted)
 	return halt
 }
@@ -379,6 +392,9 @@ func (f *FSM) capture() []snapRecord {
 	if v := f.format.Load(); v > LogFormatPlain {
 		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_LogFormat{LogFormat: &raftpb.LogFormat{Format: v}}}})
 	}
+	if f.shardMap != nil {
+		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_ShardMap{ShardMap: f.shardMap}}})
+	}
 	for _, n := range sortedNodes(f.nodes) {
 		out = append(out, snapRecord{msg: &raftpb.SnapshotRecord{Kind: &raftpb.SnapshotRecord_Node{Node: n}}})
 	}
@@ -431,6 +447,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	state, nodes := NewState(), map[string]*raftpb.NodeRegister{}
 	var format uint32
+	var shardMap *raftpb.ShardMap
 	var topics []catalog.Topic
 	var sec securityRecords
 	r := bufio.NewReader(rc)
@@ -446,6 +463,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		switch k := rec.GetKind().(type) {
 		case *raftpb.SnapshotRecord_LogFormat:
 			format = k.LogFormat.GetFormat()
+		case *raftpb.SnapshotRecord_ShardMap:
+			shardMap = k.ShardMap
 		case *raftpb.SnapshotRecord_Node:
 			nodes[k.Node.GetNodeId()] = k.Node
 		case *raftpb.SnapshotRecord_Topic:
@@ -473,12 +492,17 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("raftfsm: restore: log format %d (this version applies up to %d)", format, LogFormat)
 	}
 	f.mu.Lock()
-	f.state, f.nodes = state, nodes
+	f.state, f.nodes, f.shardMap = state, nodes, shardMap
 	f.format.Store(format)
 	f.catalog.Restore(topics)
 	f.security.Restore(sec.creds, sec.acls)
 	f.mu.Unlock()
 	f.restores.Add(1)
+	if shardMap != nil {
+		if err := f.checkShardMap(shardMap); err != nil {
+			return fmt.Errorf("raftfsm: restore: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -204,7 +204,9 @@ func Open(cfg Config) (*Node, error) {
 		n.closeTransports()
 		return nil, err
 	}
-	meta, err := openReplica(cfg, cfg.Dir, n.transport, NewFSM(n.Catalog, cfg.Logger), n.addr, hl)
+	mfsm := NewFSM(n.Catalog, cfg.Logger)
+	mfsm.expectShards(shards)
+	meta, err := openReplica(cfg, cfg.Dir, n.transport, mfsm, n.addr, hl)
 	if err != nil {
 		n.closeTransports()
 		return nil, err
@@ -424,7 +426,11 @@ func (n *Node) register(ctx context.Context, reg *raftpb.NodeRegister) error {
 // reports whether the format is LogFormat now. Leader only; a failure
 // leaves the format as it was (the next registration tries again).
 func (n *Node) RaiseLogFormat(ctx context.Context) bool {
-	return n.RaiseShardLogFormat(ctx, n.Replica)
+	raised := n.RaiseShardLogFormat(ctx, n.Replica)
+	if raised {
+		n.recordShardMap(ctx)
+	}
+	return raised
 }
 
 // RaiseShardLogFormat is RaiseLogFormat for one replica's log: each shard's

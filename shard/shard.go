@@ -12,6 +12,10 @@ package shard
 
 import "github.com/cespare/xxhash/v2"
 
+// Hash names the hash Of computes. A cluster records it in its shard map
+// with its shard count; a version that hashed otherwise would name another.
+const Hash = "xxhash64+jump"
+
 // Of returns the shard, in [0, count), of a group id. A count below 2 has
 // one shard, 0.
 func Of(groupID string, count int) int {

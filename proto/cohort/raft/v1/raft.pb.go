@@ -46,6 +46,8 @@ const (
 	CommandType_COMMAND_TYPE_COMPRESSED CommandType = 6
 	// payload: LogFormat
 	CommandType_COMMAND_TYPE_LOG_FORMAT CommandType = 7
+	// payload: ShardMap (from log format 4 on, meta group only).
+	CommandType_COMMAND_TYPE_SHARD_MAP CommandType = 8
 	// payload: cohort.security.v1.ScramChange
 	CommandType_COMMAND_TYPE_SCRAM_CHANGE CommandType = 16
 	// payload: cohort.security.v1.AclChange
@@ -63,6 +65,7 @@ var (
 		5:  "COMMAND_TYPE_NODE_REMOVE",
 		6:  "COMMAND_TYPE_COMPRESSED",
 		7:  "COMMAND_TYPE_LOG_FORMAT",
+		8:  "COMMAND_TYPE_SHARD_MAP",
 		16: "COMMAND_TYPE_SCRAM_CHANGE",
 		17: "COMMAND_TYPE_ACL_CHANGE",
 	}
@@ -75,6 +78,7 @@ var (
 		"COMMAND_TYPE_NODE_REMOVE":   5,
 		"COMMAND_TYPE_COMPRESSED":    6,
 		"COMMAND_TYPE_LOG_FORMAT":    7,
+		"COMMAND_TYPE_SHARD_MAP":     8,
 		"COMMAND_TYPE_SCRAM_CHANGE":  16,
 		"COMMAND_TYPE_ACL_CHANGE":    17,
 	}
@@ -599,6 +603,7 @@ type SnapshotRecord struct {
 	//	*SnapshotRecord_ConsumerTargetAssignment
 	//	*SnapshotRecord_ConsumerTargetAssignmentMetadata
 	//	*SnapshotRecord_ConsumerCurrentAssignment
+	//	*SnapshotRecord_ShardMap
 	//	*SnapshotRecord_Scram
 	//	*SnapshotRecord_Acl
 	Kind          isSnapshotRecord_Kind `protobuf_oneof:"kind"`
@@ -742,6 +747,15 @@ func (x *SnapshotRecord) GetConsumerCurrentAssignment() *v1.ConsumerGroupCurrent
 	return nil
 }
 
+func (x *SnapshotRecord) GetShardMap() *ShardMap {
+	if x != nil {
+		if x, ok := x.Kind.(*SnapshotRecord_ShardMap); ok {
+			return x.ShardMap
+		}
+	}
+	return nil
+}
+
 func (x *SnapshotRecord) GetScram() *v11.ScramCredential {
 	if x != nil {
 		if x, ok := x.Kind.(*SnapshotRecord_Scram); ok {
@@ -813,6 +827,11 @@ type SnapshotRecord_ConsumerCurrentAssignment struct {
 	ConsumerCurrentAssignment *v1.ConsumerGroupCurrentMemberAssignment `protobuf:"bytes,11,opt,name=consumer_current_assignment,json=consumerCurrentAssignment,proto3,oneof"`
 }
 
+type SnapshotRecord_ShardMap struct {
+	// Present once the shard map is recorded (log format 4 on).
+	ShardMap *ShardMap `protobuf:"bytes,12,opt,name=shard_map,json=shardMap,proto3,oneof"`
+}
+
 type SnapshotRecord_Scram struct {
 	Scram *v11.ScramCredential `protobuf:"bytes,16,opt,name=scram,proto3,oneof"`
 }
@@ -843,9 +862,69 @@ func (*SnapshotRecord_ConsumerTargetAssignmentMetadata) isSnapshotRecord_Kind() 
 
 func (*SnapshotRecord_ConsumerCurrentAssignment) isSnapshotRecord_Kind() {}
 
+func (*SnapshotRecord_ShardMap) isSnapshotRecord_Kind() {}
+
 func (*SnapshotRecord_Scram) isSnapshotRecord_Kind() {}
 
 func (*SnapshotRecord_Acl) isSnapshotRecord_Kind() {}
+
+// ShardMap is how a cluster spreads its groups over shards, recorded once in
+// the meta group: a group id's shard is hash(group id) over shards buckets.
+// It never changes, so a group's shard never drifts.
+type ShardMap struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many shards, 1 to 256.
+	Shards uint32 `protobuf:"varint,1,opt,name=shards,proto3" json:"shards,omitempty"`
+	// The hash from group id to shard: "xxhash64+jump" (xxhash64 of the id,
+	// then a jump consistent hash over shards buckets).
+	Hash          string `protobuf:"bytes,2,opt,name=hash,proto3" json:"hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMap) Reset() {
+	*x = ShardMap{}
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMap) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMap) ProtoMessage() {}
+
+func (x *ShardMap) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMap.ProtoReflect.Descriptor instead.
+func (*ShardMap) Descriptor() ([]byte, []int) {
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ShardMap) GetShards() uint32 {
+	if x != nil {
+		return x.Shards
+	}
+	return 0
+}
+
+func (x *ShardMap) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
 
 var File_cohort_raft_v1_raft_proto protoreflect.FileDescriptor
 
@@ -890,7 +969,7 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\x06format\x18\x01 \x01(\rR\x06format\"%\n" +
 	"\n" +
 	"NodeRemove\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xae\b\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xe7\b\n" +
 	"\x0eSnapshotRecord\x124\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.cohort.group.v1.GroupRecordH\x00R\x05group\x127\n" +
 	"\x06offset\x18\x02 \x01(\v2\x1d.cohort.group.v1.OffsetRecordH\x00R\x06offset\x123\n" +
@@ -904,10 +983,14 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\x1aconsumer_target_assignment\x18\t \x01(\v24.cohort.group.v1.ConsumerGroupTargetAssignmentMemberH\x00R\x18consumerTargetAssignment\x12\x87\x01\n" +
 	"#consumer_target_assignment_metadata\x18\n" +
 	" \x01(\v26.cohort.group.v1.ConsumerGroupTargetAssignmentMetadataH\x00R consumerTargetAssignmentMetadata\x12w\n" +
-	"\x1bconsumer_current_assignment\x18\v \x01(\v25.cohort.group.v1.ConsumerGroupCurrentMemberAssignmentH\x00R\x19consumerCurrentAssignment\x12;\n" +
+	"\x1bconsumer_current_assignment\x18\v \x01(\v25.cohort.group.v1.ConsumerGroupCurrentMemberAssignmentH\x00R\x19consumerCurrentAssignment\x127\n" +
+	"\tshard_map\x18\f \x01(\v2\x18.cohort.raft.v1.ShardMapH\x00R\bshardMap\x12;\n" +
 	"\x05scram\x18\x10 \x01(\v2#.cohort.security.v1.ScramCredentialH\x00R\x05scram\x122\n" +
 	"\x03acl\x18\x11 \x01(\v2\x1e.cohort.security.v1.AclBindingH\x00R\x03aclB\x06\n" +
-	"\x04kind*\xbc\x02\n" +
+	"\x04kind\"6\n" +
+	"\bShardMap\x12\x16\n" +
+	"\x06shards\x18\x01 \x01(\rR\x06shards\x12\x12\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash*\xd8\x02\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COMMAND_TYPE_GROUP_WRITES\x10\x01\x12\x1d\n" +
@@ -916,7 +999,8 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\x1aCOMMAND_TYPE_NODE_REGISTER\x10\x04\x12\x1c\n" +
 	"\x18COMMAND_TYPE_NODE_REMOVE\x10\x05\x12\x1b\n" +
 	"\x17COMMAND_TYPE_COMPRESSED\x10\x06\x12\x1b\n" +
-	"\x17COMMAND_TYPE_LOG_FORMAT\x10\a\x12\x1d\n" +
+	"\x17COMMAND_TYPE_LOG_FORMAT\x10\a\x12\x1a\n" +
+	"\x16COMMAND_TYPE_SHARD_MAP\x10\b\x12\x1d\n" +
 	"\x19COMMAND_TYPE_SCRAM_CHANGE\x10\x10\x12\x1b\n" +
 	"\x17COMMAND_TYPE_ACL_CHANGE\x10\x11B<Z:github.com/cohort-coord/cohort/proto/cohort/raft/v1;raftpbb\x06proto3"
 
@@ -933,7 +1017,7 @@ func file_cohort_raft_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_raft_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_cohort_raft_v1_raft_proto_goTypes = []any{
 	(CommandType)(0),                                 // 0: cohort.raft.v1.CommandType
 	(*Envelope)(nil),                                 // 1: cohort.raft.v1.Envelope
@@ -945,44 +1029,46 @@ var file_cohort_raft_v1_raft_proto_goTypes = []any{
 	(*LogFormat)(nil),                                // 7: cohort.raft.v1.LogFormat
 	(*NodeRemove)(nil),                               // 8: cohort.raft.v1.NodeRemove
 	(*SnapshotRecord)(nil),                           // 9: cohort.raft.v1.SnapshotRecord
-	nil,                                              // 10: cohort.raft.v1.NodeRegister.KafkaListenersEntry
-	(*v1.Record)(nil),                                // 11: cohort.group.v1.Record
-	(*v1.WriteFence)(nil),                            // 12: cohort.group.v1.WriteFence
-	(*v1.GroupRecord)(nil),                           // 13: cohort.group.v1.GroupRecord
-	(*v1.OffsetRecord)(nil),                          // 14: cohort.group.v1.OffsetRecord
-	(*v1.MemberSessions)(nil),                        // 15: cohort.group.v1.MemberSessions
-	(*v1.ConsumerGroupMetadata)(nil),                 // 16: cohort.group.v1.ConsumerGroupMetadata
-	(*v1.ConsumerGroupMemberMetadata)(nil),           // 17: cohort.group.v1.ConsumerGroupMemberMetadata
-	(*v1.ConsumerGroupTargetAssignmentMember)(nil),   // 18: cohort.group.v1.ConsumerGroupTargetAssignmentMember
-	(*v1.ConsumerGroupTargetAssignmentMetadata)(nil), // 19: cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
-	(*v1.ConsumerGroupCurrentMemberAssignment)(nil),  // 20: cohort.group.v1.ConsumerGroupCurrentMemberAssignment
-	(*v11.ScramCredential)(nil),                      // 21: cohort.security.v1.ScramCredential
-	(*v11.AclBinding)(nil),                           // 22: cohort.security.v1.AclBinding
+	(*ShardMap)(nil),                                 // 10: cohort.raft.v1.ShardMap
+	nil,                                              // 11: cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	(*v1.Record)(nil),                                // 12: cohort.group.v1.Record
+	(*v1.WriteFence)(nil),                            // 13: cohort.group.v1.WriteFence
+	(*v1.GroupRecord)(nil),                           // 14: cohort.group.v1.GroupRecord
+	(*v1.OffsetRecord)(nil),                          // 15: cohort.group.v1.OffsetRecord
+	(*v1.MemberSessions)(nil),                        // 16: cohort.group.v1.MemberSessions
+	(*v1.ConsumerGroupMetadata)(nil),                 // 17: cohort.group.v1.ConsumerGroupMetadata
+	(*v1.ConsumerGroupMemberMetadata)(nil),           // 18: cohort.group.v1.ConsumerGroupMemberMetadata
+	(*v1.ConsumerGroupTargetAssignmentMember)(nil),   // 19: cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	(*v1.ConsumerGroupTargetAssignmentMetadata)(nil), // 20: cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	(*v1.ConsumerGroupCurrentMemberAssignment)(nil),  // 21: cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	(*v11.ScramCredential)(nil),                      // 22: cohort.security.v1.ScramCredential
+	(*v11.AclBinding)(nil),                           // 23: cohort.security.v1.AclBinding
 }
 var file_cohort_raft_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: cohort.raft.v1.Envelope.type:type_name -> cohort.raft.v1.CommandType
 	3,  // 1: cohort.raft.v1.GroupWrites.writes:type_name -> cohort.raft.v1.GroupWrite
-	11, // 2: cohort.raft.v1.GroupWrite.records:type_name -> cohort.group.v1.Record
-	12, // 3: cohort.raft.v1.GroupWrite.fence:type_name -> cohort.group.v1.WriteFence
-	10, // 4: cohort.raft.v1.NodeRegister.kafka_listeners:type_name -> cohort.raft.v1.NodeRegister.KafkaListenersEntry
-	13, // 5: cohort.raft.v1.SnapshotRecord.group:type_name -> cohort.group.v1.GroupRecord
-	14, // 6: cohort.raft.v1.SnapshotRecord.offset:type_name -> cohort.group.v1.OffsetRecord
+	12, // 2: cohort.raft.v1.GroupWrite.records:type_name -> cohort.group.v1.Record
+	13, // 3: cohort.raft.v1.GroupWrite.fence:type_name -> cohort.group.v1.WriteFence
+	11, // 4: cohort.raft.v1.NodeRegister.kafka_listeners:type_name -> cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	14, // 5: cohort.raft.v1.SnapshotRecord.group:type_name -> cohort.group.v1.GroupRecord
+	15, // 6: cohort.raft.v1.SnapshotRecord.offset:type_name -> cohort.group.v1.OffsetRecord
 	4,  // 7: cohort.raft.v1.SnapshotRecord.topic:type_name -> cohort.raft.v1.TopicCreate
 	6,  // 8: cohort.raft.v1.SnapshotRecord.node:type_name -> cohort.raft.v1.NodeRegister
 	7,  // 9: cohort.raft.v1.SnapshotRecord.log_format:type_name -> cohort.raft.v1.LogFormat
-	15, // 10: cohort.raft.v1.SnapshotRecord.member_sessions:type_name -> cohort.group.v1.MemberSessions
-	16, // 11: cohort.raft.v1.SnapshotRecord.consumer_group_metadata:type_name -> cohort.group.v1.ConsumerGroupMetadata
-	17, // 12: cohort.raft.v1.SnapshotRecord.consumer_member_metadata:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata
-	18, // 13: cohort.raft.v1.SnapshotRecord.consumer_target_assignment:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMember
-	19, // 14: cohort.raft.v1.SnapshotRecord.consumer_target_assignment_metadata:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
-	20, // 15: cohort.raft.v1.SnapshotRecord.consumer_current_assignment:type_name -> cohort.group.v1.ConsumerGroupCurrentMemberAssignment
-	21, // 16: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
-	22, // 17: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	16, // 10: cohort.raft.v1.SnapshotRecord.member_sessions:type_name -> cohort.group.v1.MemberSessions
+	17, // 11: cohort.raft.v1.SnapshotRecord.consumer_group_metadata:type_name -> cohort.group.v1.ConsumerGroupMetadata
+	18, // 12: cohort.raft.v1.SnapshotRecord.consumer_member_metadata:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata
+	19, // 13: cohort.raft.v1.SnapshotRecord.consumer_target_assignment:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	20, // 14: cohort.raft.v1.SnapshotRecord.consumer_target_assignment_metadata:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	21, // 15: cohort.raft.v1.SnapshotRecord.consumer_current_assignment:type_name -> cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	10, // 16: cohort.raft.v1.SnapshotRecord.shard_map:type_name -> cohort.raft.v1.ShardMap
+	22, // 17: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
+	23, // 18: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_cohort_raft_v1_raft_proto_init() }
@@ -1002,6 +1088,7 @@ func file_cohort_raft_v1_raft_proto_init() {
 		(*SnapshotRecord_ConsumerTargetAssignment)(nil),
 		(*SnapshotRecord_ConsumerTargetAssignmentMetadata)(nil),
 		(*SnapshotRecord_ConsumerCurrentAssignment)(nil),
+		(*SnapshotRecord_ShardMap)(nil),
 		(*SnapshotRecord_Scram)(nil),
 		(*SnapshotRecord_Acl)(nil),
 	}
@@ -1011,7 +1098,7 @@ func file_cohort_raft_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_raft_v1_raft_proto_rawDesc), len(file_cohort_raft_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
