@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cohort-coord/cohort/internal/seededbug"
+	"github.com/cohort-coord/cohort/raftfsm"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -163,7 +165,8 @@ func TestRaftLogFormatFlag(t *testing.T) {
 	if cfg, _, err = parseConfig(nil, env(nil), &bytes.Buffer{}); err != nil || cfg.Raft.LogFormat != 0 {
 		t.Fatalf("default: %v, format %d", err, cfg.Raft.LogFormat)
 	}
-	for _, bad := range []string{"4", "-1", "two"} {
+	// One above the newest format this version applies.
+	for _, bad := range []string{strconv.Itoa(int(raftfsm.LogFormat) + 1), "-1", "two"} {
 		var out bytes.Buffer
 		if code := run([]string{"--raft-log-format", bad}, env(nil), &out); code != 2 || !strings.Contains(out.String(), "raft-log-format") {
 			t.Errorf("--raft-log-format %q: exit %d, output %q", bad, code, out.String())

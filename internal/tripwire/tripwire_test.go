@@ -39,7 +39,9 @@ func TestFillAndDiff(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	if want := []string{"generation_reserved", "group", "group_tombstone", "member_sessions", "offset", "offset_tombstone"}; !slices.Equal(kinds, want) {
+	want := []string{"consumer_current_assignment", "consumer_group_metadata", "consumer_member_metadata", "consumer_target_assignment",
+		"consumer_target_assignment_metadata", "generation_reserved", "group", "group_tombstone", "member_sessions", "offset", "offset_tombstone"}
+	if !slices.Equal(kinds, want) {
 		t.Fatalf("kinds %q, want %q", kinds, want)
 	}
 }
