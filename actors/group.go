@@ -141,9 +141,6 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 	case *pb.HeartbeatRequest:
 		code := a.g.Heartbeat(now, m, &a.fx)
 		deliver(ctx, to, coordinator.HeartbeatAnswer(code))
-		if forwarded {
-			a.g.HeardThroughPeer(now, m.GetMemberId())
-		}
 	case *pb.JoinGroupRequest:
 		var newID string
 		if m.GetMemberId() == "" {
@@ -151,20 +148,15 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 		}
 		if forwarded {
 			a.g.ForwardedJoin(m.GetMemberId())
+			forwarded = false // a join is the member's own: no window
 		}
 		a.g.Join(now, m, newID, to, &a.fx)
 	case *pb.SyncGroupRequest:
 		a.g.Sync(now, m, to, &a.fx)
-		if forwarded {
-			a.g.HeardThroughPeer(now, m.GetMemberId())
-		}
 	case *pb.LeaveGroupRequest:
 		a.g.Leave(now, m, to, &a.fx)
 	case *pb.OffsetCommitRequest:
 		a.g.Commit(now, m, to, &a.fx)
-		if forwarded {
-			a.g.HeardThroughPeer(now, m.GetMemberId())
-		}
 	case *pb.OffsetFetchRequest:
 		deliver(ctx, to, a.g.Fetch(m))
 	case *pb.OffsetDeleteRequest:
@@ -175,6 +167,12 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 		a.g.Delete(now, to, &a.fx)
 	default:
 		return
+	}
+	if forwarded {
+		// Heartbeat, SyncGroup and OffsetCommit name their member.
+		if m, ok := req.(interface{ GetMemberId() string }); ok {
+			a.g.HeardThroughPeer(now, m.GetMemberId())
+		}
 	}
 	a.execute(ctx)
 }

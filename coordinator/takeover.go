@@ -59,13 +59,19 @@ import (
 
 // openTakeoverWindow starts the window for every restored member.
 func (g *Group) openTakeoverWindow(now time.Time) {
-	if g.cfg.DisableTakeoverWindow || g.state != Stable || g.floor != g.generation || g.rebalancePending {
+	if !g.windowAllowed() {
 		return
 	}
 	g.takeover = make(map[string]time.Time, len(g.order))
 	for _, m := range g.order {
 		g.takeover[m.id] = now.Add(m.sessionTimeout())
 	}
+}
+
+// windowAllowed reports whether the group may open a window now: it is on,
+// and the group is Stable with no rebalance under way or due.
+func (g *Group) windowAllowed() bool {
+	return !g.cfg.DisableTakeoverWindow && g.state == Stable && g.floor == g.generation && !g.rebalancePending
 }
 
 // closeTakeover ends m's window: it has spoken to this coordinator.
@@ -83,7 +89,7 @@ func (g *Group) closeTakeover(id string) { delete(g.takeover, id) }
 // (close the window first with ForwardedJoin).
 func (g *Group) HeardThroughPeer(now time.Time, id string) {
 	m := g.members.get(id)
-	if m == nil || g.cfg.DisableTakeoverWindow || g.state != Stable || g.floor != g.generation || g.rebalancePending {
+	if m == nil || !g.windowAllowed() {
 		return
 	}
 	if g.takeover == nil {

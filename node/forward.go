@@ -95,10 +95,15 @@ func (n *Node) settle(ctx context.Context, gs *groupShard, req proto.Message, ti
 	if dl, has := ctx.Deadline(); has && dl.Before(end) {
 		end = dl
 	}
-	deadline := end
-	if wait := time.Now().Add(settleWait); wait.Before(deadline) {
-		deadline = wait // the forwarded request itself may take its own time
+	// The wait for a serving leader is bounded by settleWait (the forwarded
+	// request itself may then take its own time, up to end).
+	waitUntil := func() time.Time {
+		if wait := time.Now().Add(settleWait); wait.Before(end) {
+			return wait
+		}
+		return end
 	}
+	deadline := waitUntil()
 	me := n.raft.ID()
 	for {
 		if gs.serving() {
@@ -122,9 +127,7 @@ func (n *Node) settle(ctx context.Context, gs *groupShard, req proto.Message, ti
 				}
 				if errors.Is(err, errLeaderChanged) {
 					// In transit again: wait for the next leader afresh.
-					if deadline = time.Now().Add(settleWait); end.Before(deadline) {
-						deadline = end
-					}
+					deadline = waitUntil()
 				}
 			}
 		}

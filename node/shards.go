@@ -38,15 +38,7 @@ type groupShard struct {
 // isPeer reports whether addr is another node's native API address: a
 // request answered there was forwarded by that node (forward.go).
 func (n *Node) isPeer(addr string) bool {
-	if addr == "" || addr == n.remoteAddr {
-		return false
-	}
-	for _, reg := range n.raft.FSM.Nodes() {
-		if reg.GetRemoteAddr() == addr {
-			return true
-		}
-	}
-	return false
+	return addr != "" && addr != n.remoteAddr && n.raft.FSM.HasNodeAt(addr)
 }
 
 // startShards starts a group service per shard, fenced until this node

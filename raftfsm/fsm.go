@@ -343,6 +343,19 @@ func (f *FSM) Node(id string) (*raftpb.NodeRegister, bool) {
 	return n, ok
 }
 
+// HasNodeAt reports whether a registered node's native API address is
+// remote (no copy of the registry is made).
+func (f *FSM) HasNodeAt(remote string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, n := range f.nodes {
+		if n.GetRemoteAddr() == remote {
+			return true
+		}
+	}
+	return false
+}
+
 // Nodes returns every registered node, sorted by id.
 func (f *FSM) Nodes() []*raftpb.NodeRegister {
 	f.mu.RLock()
