@@ -2341,6 +2341,537 @@ func (x *CoordinatorFeaturesResponse) GetExclusiveOwnership() bool {
 	return false
 }
 
+// ConsumerGroupHeartbeatRequest is Kafka's ConsumerGroupHeartbeat (API key
+// 68, the KIP-848 consumer group protocol). Kafka's nullable fields keep
+// their presence: a nullable list has a *_set flag, since proto3 cannot mark
+// a repeated field optional. An unset one means "unchanged since my last
+// heartbeat". Topics are named; the Kafka listener maps topic ids.
+type ConsumerGroupHeartbeatRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	GroupId     string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	MemberId    string                 `protobuf:"bytes,2,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	MemberEpoch int32                  `protobuf:"varint,3,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	InstanceId  *string                `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3,oneof" json:"instance_id,omitempty"`
+	RackId      *string                `protobuf:"bytes,5,opt,name=rack_id,json=rackId,proto3,oneof" json:"rack_id,omitempty"`
+	// -1: unchanged.
+	RebalanceTimeoutMs      int32    `protobuf:"varint,6,opt,name=rebalance_timeout_ms,json=rebalanceTimeoutMs,proto3" json:"rebalance_timeout_ms,omitempty"`
+	SubscribedTopicNamesSet bool     `protobuf:"varint,7,opt,name=subscribed_topic_names_set,json=subscribedTopicNamesSet,proto3" json:"subscribed_topic_names_set,omitempty"`
+	SubscribedTopicNames    []string `protobuf:"bytes,8,rep,name=subscribed_topic_names,json=subscribedTopicNames,proto3" json:"subscribed_topic_names,omitempty"`
+	SubscribedTopicRegex    *string  `protobuf:"bytes,9,opt,name=subscribed_topic_regex,json=subscribedTopicRegex,proto3,oneof" json:"subscribed_topic_regex,omitempty"`
+	ServerAssignor          *string  `protobuf:"bytes,10,opt,name=server_assignor,json=serverAssignor,proto3,oneof" json:"server_assignor,omitempty"`
+	// The partitions the member owns.
+	TopicsSet  bool               `protobuf:"varint,11,opt,name=topics_set,json=topicsSet,proto3" json:"topics_set,omitempty"`
+	Topics     []*TopicPartitions `protobuf:"bytes,12,rep,name=topics,proto3" json:"topics,omitempty"`
+	ClientId   string             `protobuf:"bytes,13,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientHost string             `protobuf:"bytes,14,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
+	// The Kafka version the client spoke (0-1).
+	ApiVersion    int32 `protobuf:"varint,15,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupHeartbeatRequest) Reset() {
+	*x = ConsumerGroupHeartbeatRequest{}
+	mi := &file_cohort_group_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupHeartbeatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupHeartbeatRequest) ProtoMessage() {}
+
+func (x *ConsumerGroupHeartbeatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupHeartbeatRequest.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupHeartbeatRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetInstanceId() string {
+	if x != nil && x.InstanceId != nil {
+		return *x.InstanceId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetRackId() string {
+	if x != nil && x.RackId != nil {
+		return *x.RackId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetRebalanceTimeoutMs() int32 {
+	if x != nil {
+		return x.RebalanceTimeoutMs
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetSubscribedTopicNamesSet() bool {
+	if x != nil {
+		return x.SubscribedTopicNamesSet
+	}
+	return false
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetSubscribedTopicNames() []string {
+	if x != nil {
+		return x.SubscribedTopicNames
+	}
+	return nil
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetSubscribedTopicRegex() string {
+	if x != nil && x.SubscribedTopicRegex != nil {
+		return *x.SubscribedTopicRegex
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetServerAssignor() string {
+	if x != nil && x.ServerAssignor != nil {
+		return *x.ServerAssignor
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetTopicsSet() bool {
+	if x != nil {
+		return x.TopicsSet
+	}
+	return false
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetTopics() []*TopicPartitions {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetClientHost() string {
+	if x != nil {
+		return x.ClientHost
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatRequest) GetApiVersion() int32 {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return 0
+}
+
+type ConsumerGroupHeartbeatResponse struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode           int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage        string                 `protobuf:"bytes,2,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	MemberId            string                 `protobuf:"bytes,3,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	MemberEpoch         int32                  `protobuf:"varint,4,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	HeartbeatIntervalMs int32                  `protobuf:"varint,5,opt,name=heartbeat_interval_ms,json=heartbeatIntervalMs,proto3" json:"heartbeat_interval_ms,omitempty"`
+	// When has_assignment is set, assignment is the member's whole current
+	// assignment (possibly empty); otherwise none is sent.
+	HasAssignment bool               `protobuf:"varint,6,opt,name=has_assignment,json=hasAssignment,proto3" json:"has_assignment,omitempty"`
+	Assignment    []*TopicPartitions `protobuf:"bytes,7,rep,name=assignment,proto3" json:"assignment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupHeartbeatResponse) Reset() {
+	*x = ConsumerGroupHeartbeatResponse{}
+	mi := &file_cohort_group_v1_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupHeartbeatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupHeartbeatResponse) ProtoMessage() {}
+
+func (x *ConsumerGroupHeartbeatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupHeartbeatResponse.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupHeartbeatResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_api_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetHeartbeatIntervalMs() int32 {
+	if x != nil {
+		return x.HeartbeatIntervalMs
+	}
+	return 0
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetHasAssignment() bool {
+	if x != nil {
+		return x.HasAssignment
+	}
+	return false
+}
+
+func (x *ConsumerGroupHeartbeatResponse) GetAssignment() []*TopicPartitions {
+	if x != nil {
+		return x.Assignment
+	}
+	return nil
+}
+
+// ConsumerGroupDescribeRequest is Kafka's ConsumerGroupDescribe (API key 69)
+// for one group.
+type ConsumerGroupDescribeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupDescribeRequest) Reset() {
+	*x = ConsumerGroupDescribeRequest{}
+	mi := &file_cohort_group_v1_api_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupDescribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupDescribeRequest) ProtoMessage() {}
+
+func (x *ConsumerGroupDescribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_api_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupDescribeRequest.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupDescribeRequest) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_api_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ConsumerGroupDescribeRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+type ConsumerGroupDescribedMember struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	MemberId             string                 `protobuf:"bytes,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	InstanceId           *string                `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3,oneof" json:"instance_id,omitempty"`
+	RackId               *string                `protobuf:"bytes,3,opt,name=rack_id,json=rackId,proto3,oneof" json:"rack_id,omitempty"`
+	MemberEpoch          int32                  `protobuf:"varint,4,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	ClientId             string                 `protobuf:"bytes,5,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientHost           string                 `protobuf:"bytes,6,opt,name=client_host,json=clientHost,proto3" json:"client_host,omitempty"`
+	SubscribedTopicNames []string               `protobuf:"bytes,7,rep,name=subscribed_topic_names,json=subscribedTopicNames,proto3" json:"subscribed_topic_names,omitempty"`
+	SubscribedTopicRegex *string                `protobuf:"bytes,8,opt,name=subscribed_topic_regex,json=subscribedTopicRegex,proto3,oneof" json:"subscribed_topic_regex,omitempty"`
+	// What the member holds: assigned and pending revocation.
+	Assignment       []*TopicPartitions `protobuf:"bytes,9,rep,name=assignment,proto3" json:"assignment,omitempty"`
+	TargetAssignment []*TopicPartitions `protobuf:"bytes,10,rep,name=target_assignment,json=targetAssignment,proto3" json:"target_assignment,omitempty"`
+	// Reconciliation state (STABLE, UNREVOKED_PARTITIONS,
+	// UNRELEASED_PARTITIONS), for operators; not on Kafka's wire.
+	State         string `protobuf:"bytes,11,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupDescribedMember) Reset() {
+	*x = ConsumerGroupDescribedMember{}
+	mi := &file_cohort_group_v1_api_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupDescribedMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupDescribedMember) ProtoMessage() {}
+
+func (x *ConsumerGroupDescribedMember) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_api_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupDescribedMember.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupDescribedMember) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_api_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ConsumerGroupDescribedMember) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribedMember) GetInstanceId() string {
+	if x != nil && x.InstanceId != nil {
+		return *x.InstanceId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribedMember) GetRackId() string {
+	if x != nil && x.RackId != nil {
+		return *x.RackId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribedMember) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupDescribedMember) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribedMember) GetClientHost() string {
+	if x != nil {
+		return x.ClientHost
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribedMember) GetSubscribedTopicNames() []string {
+	if x != nil {
+		return x.SubscribedTopicNames
+	}
+	return nil
+}
+
+func (x *ConsumerGroupDescribedMember) GetSubscribedTopicRegex() string {
+	if x != nil && x.SubscribedTopicRegex != nil {
+		return *x.SubscribedTopicRegex
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribedMember) GetAssignment() []*TopicPartitions {
+	if x != nil {
+		return x.Assignment
+	}
+	return nil
+}
+
+func (x *ConsumerGroupDescribedMember) GetTargetAssignment() []*TopicPartitions {
+	if x != nil {
+		return x.TargetAssignment
+	}
+	return nil
+}
+
+func (x *ConsumerGroupDescribedMember) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type ConsumerGroupDescribeResponse struct {
+	state           protoimpl.MessageState          `protogen:"open.v1"`
+	ErrorCode       int32                           `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorMessage    string                          `protobuf:"bytes,2,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	GroupId         string                          `protobuf:"bytes,3,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	State           string                          `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	GroupEpoch      int32                           `protobuf:"varint,5,opt,name=group_epoch,json=groupEpoch,proto3" json:"group_epoch,omitempty"`
+	AssignmentEpoch int32                           `protobuf:"varint,6,opt,name=assignment_epoch,json=assignmentEpoch,proto3" json:"assignment_epoch,omitempty"`
+	AssignorName    string                          `protobuf:"bytes,7,opt,name=assignor_name,json=assignorName,proto3" json:"assignor_name,omitempty"`
+	Members         []*ConsumerGroupDescribedMember `protobuf:"bytes,8,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupDescribeResponse) Reset() {
+	*x = ConsumerGroupDescribeResponse{}
+	mi := &file_cohort_group_v1_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupDescribeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupDescribeResponse) ProtoMessage() {}
+
+func (x *ConsumerGroupDescribeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupDescribeResponse.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupDescribeResponse) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ConsumerGroupDescribeResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ConsumerGroupDescribeResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribeResponse) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribeResponse) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribeResponse) GetGroupEpoch() int32 {
+	if x != nil {
+		return x.GroupEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupDescribeResponse) GetAssignmentEpoch() int32 {
+	if x != nil {
+		return x.AssignmentEpoch
+	}
+	return 0
+}
+
+func (x *ConsumerGroupDescribeResponse) GetAssignorName() string {
+	if x != nil {
+		return x.AssignorName
+	}
+	return ""
+}
+
+func (x *ConsumerGroupDescribeResponse) GetMembers() []*ConsumerGroupDescribedMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
 var File_cohort_group_v1_api_proto protoreflect.FileDescriptor
 
 const file_cohort_group_v1_api_proto_rawDesc = "" +
@@ -2556,7 +3087,78 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12?\n" +
 	"\bfeatures\x18\x02 \x03(\v2#.cohort.group.v1.CoordinatorFeatureR\bfeatures\x12/\n" +
-	"\x13exclusive_ownership\x18\x03 \x01(\bR\x12exclusiveOwnershipB>Z<github.com/cohort-coord/cohort/proto/cohort/group/v1;grouppbb\x06proto3"
+	"\x13exclusive_ownership\x18\x03 \x01(\bR\x12exclusiveOwnership\"\xcf\x05\n" +
+	"\x1dConsumerGroupHeartbeatRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
+	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12!\n" +
+	"\fmember_epoch\x18\x03 \x01(\x05R\vmemberEpoch\x12$\n" +
+	"\vinstance_id\x18\x04 \x01(\tH\x00R\n" +
+	"instanceId\x88\x01\x01\x12\x1c\n" +
+	"\arack_id\x18\x05 \x01(\tH\x01R\x06rackId\x88\x01\x01\x120\n" +
+	"\x14rebalance_timeout_ms\x18\x06 \x01(\x05R\x12rebalanceTimeoutMs\x12;\n" +
+	"\x1asubscribed_topic_names_set\x18\a \x01(\bR\x17subscribedTopicNamesSet\x124\n" +
+	"\x16subscribed_topic_names\x18\b \x03(\tR\x14subscribedTopicNames\x129\n" +
+	"\x16subscribed_topic_regex\x18\t \x01(\tH\x02R\x14subscribedTopicRegex\x88\x01\x01\x12,\n" +
+	"\x0fserver_assignor\x18\n" +
+	" \x01(\tH\x03R\x0eserverAssignor\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"topics_set\x18\v \x01(\bR\ttopicsSet\x128\n" +
+	"\x06topics\x18\f \x03(\v2 .cohort.group.v1.TopicPartitionsR\x06topics\x12\x1b\n" +
+	"\tclient_id\x18\r \x01(\tR\bclientId\x12\x1f\n" +
+	"\vclient_host\x18\x0e \x01(\tR\n" +
+	"clientHost\x12\x1f\n" +
+	"\vapi_version\x18\x0f \x01(\x05R\n" +
+	"apiVersionB\x0e\n" +
+	"\f_instance_idB\n" +
+	"\n" +
+	"\b_rack_idB\x19\n" +
+	"\x17_subscribed_topic_regexB\x12\n" +
+	"\x10_server_assignor\"\xc1\x02\n" +
+	"\x1eConsumerGroupHeartbeatResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\x12\x1b\n" +
+	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12!\n" +
+	"\fmember_epoch\x18\x04 \x01(\x05R\vmemberEpoch\x122\n" +
+	"\x15heartbeat_interval_ms\x18\x05 \x01(\x05R\x13heartbeatIntervalMs\x12%\n" +
+	"\x0ehas_assignment\x18\x06 \x01(\bR\rhasAssignment\x12@\n" +
+	"\n" +
+	"assignment\x18\a \x03(\v2 .cohort.group.v1.TopicPartitionsR\n" +
+	"assignment\"9\n" +
+	"\x1cConsumerGroupDescribeRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"\xaf\x04\n" +
+	"\x1cConsumerGroupDescribedMember\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12$\n" +
+	"\vinstance_id\x18\x02 \x01(\tH\x00R\n" +
+	"instanceId\x88\x01\x01\x12\x1c\n" +
+	"\arack_id\x18\x03 \x01(\tH\x01R\x06rackId\x88\x01\x01\x12!\n" +
+	"\fmember_epoch\x18\x04 \x01(\x05R\vmemberEpoch\x12\x1b\n" +
+	"\tclient_id\x18\x05 \x01(\tR\bclientId\x12\x1f\n" +
+	"\vclient_host\x18\x06 \x01(\tR\n" +
+	"clientHost\x124\n" +
+	"\x16subscribed_topic_names\x18\a \x03(\tR\x14subscribedTopicNames\x129\n" +
+	"\x16subscribed_topic_regex\x18\b \x01(\tH\x02R\x14subscribedTopicRegex\x88\x01\x01\x12@\n" +
+	"\n" +
+	"assignment\x18\t \x03(\v2 .cohort.group.v1.TopicPartitionsR\n" +
+	"assignment\x12M\n" +
+	"\x11target_assignment\x18\n" +
+	" \x03(\v2 .cohort.group.v1.TopicPartitionsR\x10targetAssignment\x12\x14\n" +
+	"\x05state\x18\v \x01(\tR\x05stateB\x0e\n" +
+	"\f_instance_idB\n" +
+	"\n" +
+	"\b_rack_idB\x19\n" +
+	"\x17_subscribed_topic_regex\"\xce\x02\n" +
+	"\x1dConsumerGroupDescribeResponse\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x01 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x02 \x01(\tR\ferrorMessage\x12\x19\n" +
+	"\bgroup_id\x18\x03 \x01(\tR\agroupId\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1f\n" +
+	"\vgroup_epoch\x18\x05 \x01(\x05R\n" +
+	"groupEpoch\x12)\n" +
+	"\x10assignment_epoch\x18\x06 \x01(\x05R\x0fassignmentEpoch\x12#\n" +
+	"\rassignor_name\x18\a \x01(\tR\fassignorName\x12G\n" +
+	"\amembers\x18\b \x03(\v2-.cohort.group.v1.ConsumerGroupDescribedMemberR\amembersB>Z<github.com/cohort-coord/cohort/proto/cohort/group/v1;grouppbb\x06proto3"
 
 var (
 	file_cohort_group_v1_api_proto_rawDescOnce sync.Once
@@ -2570,45 +3172,50 @@ func file_cohort_group_v1_api_proto_rawDescGZIP() []byte {
 	return file_cohort_group_v1_api_proto_rawDescData
 }
 
-var file_cohort_group_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_cohort_group_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_cohort_group_v1_api_proto_goTypes = []any{
-	(*Protocol)(nil),                    // 0: cohort.group.v1.Protocol
-	(*JoinGroupRequest)(nil),            // 1: cohort.group.v1.JoinGroupRequest
-	(*JoinGroupMember)(nil),             // 2: cohort.group.v1.JoinGroupMember
-	(*JoinGroupResponse)(nil),           // 3: cohort.group.v1.JoinGroupResponse
-	(*SyncGroupAssignment)(nil),         // 4: cohort.group.v1.SyncGroupAssignment
-	(*SyncGroupRequest)(nil),            // 5: cohort.group.v1.SyncGroupRequest
-	(*SyncGroupResponse)(nil),           // 6: cohort.group.v1.SyncGroupResponse
-	(*HeartbeatRequest)(nil),            // 7: cohort.group.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 8: cohort.group.v1.HeartbeatResponse
-	(*MemberIdentity)(nil),              // 9: cohort.group.v1.MemberIdentity
-	(*LeaveGroupRequest)(nil),           // 10: cohort.group.v1.LeaveGroupRequest
-	(*LeaveGroupMemberResponse)(nil),    // 11: cohort.group.v1.LeaveGroupMemberResponse
-	(*LeaveGroupResponse)(nil),          // 12: cohort.group.v1.LeaveGroupResponse
-	(*OffsetCommitPartition)(nil),       // 13: cohort.group.v1.OffsetCommitPartition
-	(*OffsetCommitTopic)(nil),           // 14: cohort.group.v1.OffsetCommitTopic
-	(*OffsetCommitRequest)(nil),         // 15: cohort.group.v1.OffsetCommitRequest
-	(*PartitionError)(nil),              // 16: cohort.group.v1.PartitionError
-	(*TopicPartitionErrors)(nil),        // 17: cohort.group.v1.TopicPartitionErrors
-	(*OffsetCommitResponse)(nil),        // 18: cohort.group.v1.OffsetCommitResponse
-	(*TopicPartitions)(nil),             // 19: cohort.group.v1.TopicPartitions
-	(*OffsetFetchRequest)(nil),          // 20: cohort.group.v1.OffsetFetchRequest
-	(*OffsetFetchPartition)(nil),        // 21: cohort.group.v1.OffsetFetchPartition
-	(*OffsetFetchTopic)(nil),            // 22: cohort.group.v1.OffsetFetchTopic
-	(*OffsetFetchResponse)(nil),         // 23: cohort.group.v1.OffsetFetchResponse
-	(*OffsetDeleteRequest)(nil),         // 24: cohort.group.v1.OffsetDeleteRequest
-	(*OffsetDeleteResponse)(nil),        // 25: cohort.group.v1.OffsetDeleteResponse
-	(*DescribeGroupRequest)(nil),        // 26: cohort.group.v1.DescribeGroupRequest
-	(*DescribedMember)(nil),             // 27: cohort.group.v1.DescribedMember
-	(*DescribeGroupResponse)(nil),       // 28: cohort.group.v1.DescribeGroupResponse
-	(*ListGroupsRequest)(nil),           // 29: cohort.group.v1.ListGroupsRequest
-	(*ListedGroup)(nil),                 // 30: cohort.group.v1.ListedGroup
-	(*ListGroupsResponse)(nil),          // 31: cohort.group.v1.ListGroupsResponse
-	(*DeleteGroupRequest)(nil),          // 32: cohort.group.v1.DeleteGroupRequest
-	(*DeleteGroupResponse)(nil),         // 33: cohort.group.v1.DeleteGroupResponse
-	(*CoordinatorFeaturesRequest)(nil),  // 34: cohort.group.v1.CoordinatorFeaturesRequest
-	(*CoordinatorFeature)(nil),          // 35: cohort.group.v1.CoordinatorFeature
-	(*CoordinatorFeaturesResponse)(nil), // 36: cohort.group.v1.CoordinatorFeaturesResponse
+	(*Protocol)(nil),                       // 0: cohort.group.v1.Protocol
+	(*JoinGroupRequest)(nil),               // 1: cohort.group.v1.JoinGroupRequest
+	(*JoinGroupMember)(nil),                // 2: cohort.group.v1.JoinGroupMember
+	(*JoinGroupResponse)(nil),              // 3: cohort.group.v1.JoinGroupResponse
+	(*SyncGroupAssignment)(nil),            // 4: cohort.group.v1.SyncGroupAssignment
+	(*SyncGroupRequest)(nil),               // 5: cohort.group.v1.SyncGroupRequest
+	(*SyncGroupResponse)(nil),              // 6: cohort.group.v1.SyncGroupResponse
+	(*HeartbeatRequest)(nil),               // 7: cohort.group.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),              // 8: cohort.group.v1.HeartbeatResponse
+	(*MemberIdentity)(nil),                 // 9: cohort.group.v1.MemberIdentity
+	(*LeaveGroupRequest)(nil),              // 10: cohort.group.v1.LeaveGroupRequest
+	(*LeaveGroupMemberResponse)(nil),       // 11: cohort.group.v1.LeaveGroupMemberResponse
+	(*LeaveGroupResponse)(nil),             // 12: cohort.group.v1.LeaveGroupResponse
+	(*OffsetCommitPartition)(nil),          // 13: cohort.group.v1.OffsetCommitPartition
+	(*OffsetCommitTopic)(nil),              // 14: cohort.group.v1.OffsetCommitTopic
+	(*OffsetCommitRequest)(nil),            // 15: cohort.group.v1.OffsetCommitRequest
+	(*PartitionError)(nil),                 // 16: cohort.group.v1.PartitionError
+	(*TopicPartitionErrors)(nil),           // 17: cohort.group.v1.TopicPartitionErrors
+	(*OffsetCommitResponse)(nil),           // 18: cohort.group.v1.OffsetCommitResponse
+	(*TopicPartitions)(nil),                // 19: cohort.group.v1.TopicPartitions
+	(*OffsetFetchRequest)(nil),             // 20: cohort.group.v1.OffsetFetchRequest
+	(*OffsetFetchPartition)(nil),           // 21: cohort.group.v1.OffsetFetchPartition
+	(*OffsetFetchTopic)(nil),               // 22: cohort.group.v1.OffsetFetchTopic
+	(*OffsetFetchResponse)(nil),            // 23: cohort.group.v1.OffsetFetchResponse
+	(*OffsetDeleteRequest)(nil),            // 24: cohort.group.v1.OffsetDeleteRequest
+	(*OffsetDeleteResponse)(nil),           // 25: cohort.group.v1.OffsetDeleteResponse
+	(*DescribeGroupRequest)(nil),           // 26: cohort.group.v1.DescribeGroupRequest
+	(*DescribedMember)(nil),                // 27: cohort.group.v1.DescribedMember
+	(*DescribeGroupResponse)(nil),          // 28: cohort.group.v1.DescribeGroupResponse
+	(*ListGroupsRequest)(nil),              // 29: cohort.group.v1.ListGroupsRequest
+	(*ListedGroup)(nil),                    // 30: cohort.group.v1.ListedGroup
+	(*ListGroupsResponse)(nil),             // 31: cohort.group.v1.ListGroupsResponse
+	(*DeleteGroupRequest)(nil),             // 32: cohort.group.v1.DeleteGroupRequest
+	(*DeleteGroupResponse)(nil),            // 33: cohort.group.v1.DeleteGroupResponse
+	(*CoordinatorFeaturesRequest)(nil),     // 34: cohort.group.v1.CoordinatorFeaturesRequest
+	(*CoordinatorFeature)(nil),             // 35: cohort.group.v1.CoordinatorFeature
+	(*CoordinatorFeaturesResponse)(nil),    // 36: cohort.group.v1.CoordinatorFeaturesResponse
+	(*ConsumerGroupHeartbeatRequest)(nil),  // 37: cohort.group.v1.ConsumerGroupHeartbeatRequest
+	(*ConsumerGroupHeartbeatResponse)(nil), // 38: cohort.group.v1.ConsumerGroupHeartbeatResponse
+	(*ConsumerGroupDescribeRequest)(nil),   // 39: cohort.group.v1.ConsumerGroupDescribeRequest
+	(*ConsumerGroupDescribedMember)(nil),   // 40: cohort.group.v1.ConsumerGroupDescribedMember
+	(*ConsumerGroupDescribeResponse)(nil),  // 41: cohort.group.v1.ConsumerGroupDescribeResponse
 }
 var file_cohort_group_v1_api_proto_depIdxs = []int32{
 	0,  // 0: cohort.group.v1.JoinGroupRequest.protocols:type_name -> cohort.group.v1.Protocol
@@ -2628,11 +3235,16 @@ var file_cohort_group_v1_api_proto_depIdxs = []int32{
 	27, // 14: cohort.group.v1.DescribeGroupResponse.members:type_name -> cohort.group.v1.DescribedMember
 	30, // 15: cohort.group.v1.ListGroupsResponse.groups:type_name -> cohort.group.v1.ListedGroup
 	35, // 16: cohort.group.v1.CoordinatorFeaturesResponse.features:type_name -> cohort.group.v1.CoordinatorFeature
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	19, // 17: cohort.group.v1.ConsumerGroupHeartbeatRequest.topics:type_name -> cohort.group.v1.TopicPartitions
+	19, // 18: cohort.group.v1.ConsumerGroupHeartbeatResponse.assignment:type_name -> cohort.group.v1.TopicPartitions
+	19, // 19: cohort.group.v1.ConsumerGroupDescribedMember.assignment:type_name -> cohort.group.v1.TopicPartitions
+	19, // 20: cohort.group.v1.ConsumerGroupDescribedMember.target_assignment:type_name -> cohort.group.v1.TopicPartitions
+	40, // 21: cohort.group.v1.ConsumerGroupDescribeResponse.members:type_name -> cohort.group.v1.ConsumerGroupDescribedMember
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_cohort_group_v1_api_proto_init() }
@@ -2651,13 +3263,15 @@ func file_cohort_group_v1_api_proto_init() {
 	file_cohort_group_v1_api_proto_msgTypes[13].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[15].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
+	file_cohort_group_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
+	file_cohort_group_v1_api_proto_msgTypes[40].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_group_v1_api_proto_rawDesc), len(file_cohort_group_v1_api_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
