@@ -350,3 +350,28 @@ func TestConsumerRangeCoPartitions(t *testing.T) {
 		}
 	}
 }
+
+// franz-go leaves a static member with -2 but without its instance id:
+// taken as that member's static leave (Kafka answers INVALID_REQUEST, so a
+// kgo static member could not restart within its session), while a -2
+// without an instance id from a dynamic member stays INVALID_REQUEST.
+func TestConsumerStaticLeaveWithoutInstanceID(t *testing.T) {
+	h := newCGHarness(t, map[string]int32{"t": 2})
+	static := cgJoin("a1", "t")
+	static.InstanceID = strp("i-a")
+	h.hb(static)
+	h.hb(cgJoin("d", "t"))
+	h.hb(cgBeat("a1", 1, tps("t", 0, 1)))
+	h.hb(cgBeat("d", 2, tps()))
+	h.hb(cgBeat("a1", 2, h.member("a1").Assigned))
+	epoch, has := h.g.Epoch(), h.member("a1").Assigned
+	wantResp(t, h.hb(cgBeat("d", EpochStaticLeave, nil)), ErrInvalidRequest, 0, nil)
+	wantResp(t, h.hb(cgBeat("a1", EpochStaticLeave, nil)), ErrNone, EpochStaticLeave, nil)
+	if h.g.Epoch() != epoch || h.member("a1").MemberEpoch != EpochStaticLeave {
+		t.Fatalf("static leave without instance id: epoch %d, member epoch %d", h.g.Epoch(), h.member("a1").MemberEpoch)
+	}
+	// The restarted client takes its place back with the same partitions.
+	again := cgJoin("a2", "t")
+	again.InstanceID = strp("i-a")
+	wantResp(t, h.hb(again), ErrNone, epoch, has)
+}
