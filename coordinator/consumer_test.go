@@ -51,7 +51,7 @@ func TestConsumerHeartbeatErrors(t *testing.T) {
 		{"join owning partitions", mod(func(r *ConsumerHeartbeatRequest) { r.Topics = tps("t", 0) }), ErrInvalidRequest},
 		{"join without subscription", mod(func(r *ConsumerHeartbeatRequest) { r.SubscribedTopicNames = nil }), ErrInvalidRequest},
 		{"join to nothing is fine", mod(func(r *ConsumerHeartbeatRequest) { r.SubscribedTopicNames = []string{} }), ErrNone},
-		{"static leave without instance", mod(func(r *ConsumerHeartbeatRequest) { r.MemberID, r.MemberEpoch = "s", -2 }), ErrInvalidRequest},
+		{"dynamic member's -2 without instance", mod(func(r *ConsumerHeartbeatRequest) { r.MemberID, r.MemberEpoch = "a", -2 }), ErrInvalidRequest},
 		{"epoch -3", mod(func(r *ConsumerHeartbeatRequest) { r.MemberEpoch = -3 }), ErrInvalidRequest},
 		{"unknown assignor", mod(func(r *ConsumerHeartbeatRequest) { r.ServerAssignor = strp("sticky") }), ErrUnsupportedAssignor},
 		{"range is known", mod(func(r *ConsumerHeartbeatRequest) { r.ServerAssignor = strp("range") }), ErrNone},
