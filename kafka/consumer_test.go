@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/catalog"
-	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/internal/tripwire"
+	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
 // mappingListener is a listener that is never served, with a catalog of
@@ -278,7 +278,9 @@ func TestJoinOwningUnknownTopicIsInvalid(t *testing.T) {
 
 // A failed call answers COORDINATOR_NOT_AVAILABLE, as every group API.
 func TestConsumerCallFailureIsRetriable(t *testing.T) {
-	fg := &fakeGroups{fn: func(ctx context.Context, _ proto.Message) (proto.Message, error) { return nil, context.DeadlineExceeded }}
+	fg := &fakeGroups{fn: func(ctx context.Context, _ proto.Message) (proto.Message, error) {
+		return nil, context.DeadlineExceeded
+	}}
 	s := startServer(t, fg, nil)
 	c := dial(t, s.l.Addr())
 	for _, v := range []int16{0, 1} {
