@@ -14,6 +14,7 @@ import (
 	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/coordinator"
 	"github.com/cohort-coord/cohort/raftfsm"
+	"github.com/cohort-coord/cohort/security"
 )
 
 // consumerServer is a listener on 127.0.0.1 over a real group service
@@ -26,7 +27,7 @@ type consumerServer struct {
 	audit  [16]byte
 }
 
-func startConsumerServer(t *testing.T) *consumerServer {
+func startConsumerServer(t *testing.T, mod func(*Config)) *consumerServer {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	cat := catalog.New()
@@ -45,6 +46,9 @@ func startConsumerServer(t *testing.T) *consumerServer {
 	}
 	cfg := DefaultConfig()
 	cfg.Addr, cfg.NodeID = "127.0.0.1:0", 1
+	if mod != nil {
+		mod(&cfg)
+	}
 	l, err := New(cfg, svc, cat, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +79,17 @@ type kafkaMember struct {
 
 func (s *consumerServer) member(t *testing.T, group, id string) *kafkaMember {
 	return &kafkaMember{t: t, c: dial(t, s.l.Addr()), group: group, id: id}
+}
+
+// authed is a connection authenticated (SASL PLAIN) as user.
+func (s *consumerServer) authed(t *testing.T, user, pass string) *rawClient {
+	t.Helper()
+	c := dial(t, s.l.Addr())
+	handshake(t, c, 1, security.MechanismPlain)
+	if r := c.do(&kmsg.SASLAuthenticateRequest{Version: 2, SASLAuthBytes: plainToken(user, pass)}).(*kmsg.SASLAuthenticateResponse); r.ErrorCode != 0 {
+		t.Fatalf("authenticate %s: %+v", user, r)
+	}
+	return c
 }
 
 // beat sends the member's heartbeat (a full join at epoch 0, else its epoch
@@ -132,7 +147,7 @@ func (s *consumerServer) describe(t *testing.T, c *rawClient, v int16, groups ..
 // topic id, one owner per partition at every answer, the description, the
 // listing by type, commits at the member epoch, and a leave.
 func TestConsumerGroupOverTheWire(t *testing.T) {
-	s := startConsumerServer(t)
+	s := startConsumerServer(t, nil)
 	a, b := s.member(t, "billing", "member-a"), s.member(t, "billing", "member-b")
 	ra := a.beat()
 	if a.epoch != 1 || ra.HeartbeatIntervalMillis != 5000 || ra.Assignment == nil {
@@ -252,7 +267,7 @@ func TestConsumerGroupOverTheWire(t *testing.T) {
 
 // The group's refusals reach the client with Kafka's codes and messages.
 func TestConsumerGroupErrorsOverTheWire(t *testing.T) {
-	s := startConsumerServer(t)
+	s := startConsumerServer(t, nil)
 	a := s.member(t, "payments", "member-a")
 	if r := a.send(3); r.ErrorCode != kerr.GroupIDNotFound.Code || r.ErrorMessage == nil || r.MemberID != nil || r.MemberEpoch != 0 {
 		t.Fatalf("heartbeat to a group nobody joined: %+v", r)

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 
@@ -202,10 +203,11 @@ func TestDescribedGroupMapping(t *testing.T) {
 }
 
 // The protocol off: ApiVersions still lists both APIs at v0-1, and every
-// request is answered UNSUPPORTED_VERSION without reaching the groups.
+// request is answered UNSUPPORTED_VERSION (the group service would have
+// served them, as it does with the protocol on).
 func TestConsumerProtocolOff(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		s := startServer(t, nil, func(c *Config) { c.ConsumerProtocol = on })
+		s := startConsumerServer(t, func(c *Config) { c.ConsumerProtocol = on })
 		c := dial(t, s.l.Addr())
 		av := c.do(&kmsg.ApiVersionsRequest{Version: 3, ClientSoftwareName: "t", ClientSoftwareVersion: "1"}).(*kmsg.ApiVersionsResponse)
 		listed := map[int16][2]int16{}
@@ -218,29 +220,35 @@ func TestConsumerProtocolOff(t *testing.T) {
 			}
 		}
 		for _, v := range []int16{0, 1} {
-			hb := sampleRequest(68, v)
+			hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
 			hb.SetVersion(v)
+			hb.Group, hb.MemberID, hb.RebalanceTimeoutMillis = "g", fmt.Sprintf("m-%d", v), 30_000
+			hb.SubscribedTopicNames, hb.Topics = []string{"orders"}, []kmsg.ConsumerGroupHeartbeatRequestTopic{}
 			hr := c.do(hb).(*kmsg.ConsumerGroupHeartbeatResponse)
 			ds := kmsg.NewPtrConsumerGroupDescribeRequest()
 			ds.SetVersion(v)
 			ds.Groups = []string{"g", "h"}
 			dr := c.do(ds).(*kmsg.ConsumerGroupDescribeResponse)
-			if len(dr.Groups) != 2 || dr.Groups[1].Group != "h" {
+			if len(dr.Groups) != 2 || dr.Groups[0].Group != "g" || dr.Groups[1].Group != "h" {
 				t.Fatalf("protocol on %v, v%d: describe answered %+v", on, v, dr.Groups)
 			}
-			want := int16(0)
 			if !on {
-				want = kerr.UnsupportedVersion.Code
+				for _, code := range []int16{hr.ErrorCode, dr.Groups[0].ErrorCode, dr.Groups[1].ErrorCode} {
+					if code != kerr.UnsupportedVersion.Code {
+						t.Fatalf("protocol off, v%d: heartbeat %+v, describe %+v", v, hr, dr.Groups)
+					}
+				}
+				if hr.ErrorMessage == nil || *hr.ErrorMessage != consumerProtocolOffMsg || dr.Groups[0].ErrorMessage == nil {
+					t.Fatalf("protocol off, v%d: UNSUPPORTED_VERSION without its message", v)
+				}
+				continue
 			}
-			if hr.ErrorCode != want || dr.Groups[0].ErrorCode != want || dr.Groups[1].ErrorCode != want {
-				t.Errorf("protocol on %v, v%d: heartbeat %d, describe %d %d, want %d", on, v, hr.ErrorCode, dr.Groups[0].ErrorCode, dr.Groups[1].ErrorCode, want)
+			// On: the members join one after the other, and the group is
+			// described.
+			if hr.ErrorCode != 0 || hr.MemberEpoch != int32(v)+1 || dr.Groups[0].ErrorCode != 0 || len(dr.Groups[0].Members) != int(v)+1 ||
+				dr.Groups[1].ErrorCode != kerr.GroupIDNotFound.Code {
+				t.Fatalf("protocol on, v%d: heartbeat %+v, describe %+v", v, hr, dr.Groups)
 			}
-			if !on && (hr.ErrorMessage == nil || dr.Groups[0].ErrorMessage == nil) {
-				t.Errorf("v%d: UNSUPPORTED_VERSION without a message", v)
-			}
-		}
-		if calls := s.groups.count(); (calls == 0) == on {
-			t.Errorf("protocol on %v: %d native calls", on, calls)
 		}
 	}
 	var zero Config
@@ -249,30 +257,29 @@ func TestConsumerProtocolOff(t *testing.T) {
 	}
 }
 
-// A join that reports owned partitions is invalid; one whose owned topics
-// the catalog does not know is refused by the listener, which cannot pass
-// them on, with the group's answer.
-func TestJoinOwningUnknownTopicIsInvalid(t *testing.T) {
-	s := startServer(t, nil, nil)
-	c := dial(t, s.l.Addr())
-	req := sampleRequest(68, 1).(*kmsg.ConsumerGroupHeartbeatRequest)
-	req.SetVersion(1)
-	req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{owned(catalog.NewTopicID(), 0)}
-	r := c.do(req).(*kmsg.ConsumerGroupHeartbeatResponse)
-	if r.ErrorCode != kerr.InvalidRequest.Code || r.ErrorMessage == nil || *r.ErrorMessage != joinOwnsTopicsMsg || r.MemberID != nil {
-		t.Fatalf("answer %+v", r)
+// A join must own nothing: one that reports owned partitions of a topic
+// the catalog does not know is refused by the listener (it cannot pass
+// them on) as the group refuses one owning a known topic. Past the join, an
+// unknown owned topic (deleted) is left out and the heartbeat goes on.
+func TestOwnedUnknownTopic(t *testing.T) {
+	s := startConsumerServer(t, nil)
+	m := s.member(t, "g", "m-1")
+	for _, id := range [][16]byte{catalog.NewTopicID(), s.orders} {
+		m.owned = map[[16]byte][]int32{id: {0}}
+		r := m.send(0)
+		if r.ErrorCode != kerr.InvalidRequest.Code || r.ErrorMessage == nil || *r.ErrorMessage != joinOwnsTopicsMsg || r.MemberID != nil {
+			t.Fatalf("join owning a partition of topic %x: %+v", id, r)
+		}
 	}
-	if n := s.groups.count(); n != 0 {
-		t.Fatalf("%d native calls", n)
+	m.owned = nil
+	m.beat()
+	if m.epoch != 1 || len(m.owned[s.orders]) != 4 {
+		t.Fatalf("join: epoch %d, owns %v", m.epoch, m.owned)
 	}
-	// Not joining, the unknown topic is left out and the heartbeat goes on.
-	req.MemberEpoch, req.RebalanceTimeoutMillis, req.SubscribedTopicNames = 3, -1, nil
-	if r := c.do(req).(*kmsg.ConsumerGroupHeartbeatResponse); r.ErrorCode != 0 {
-		t.Fatalf("heartbeat answered %d", r.ErrorCode)
-	}
-	n, ok := s.groups.last().(*grouppb.ConsumerGroupHeartbeatRequest)
-	if !ok || !n.TopicsSet || len(n.Topics) != 0 || n.MemberEpoch != 3 {
-		t.Fatalf("native request %v", n)
+	m.owned[catalog.NewTopicID()] = []int32{0, 1}
+	r := m.beat()
+	if m.epoch != 1 || r.Assignment != nil {
+		t.Fatalf("heartbeat owning a deleted topic too: %+v", r)
 	}
 }
 
@@ -297,14 +304,15 @@ func TestConsumerCallFailureIsRetriable(t *testing.T) {
 	}
 }
 
-// ConsumerGroupDescribe: "" is INVALID_GROUP_ID without a call, every other
-// id is described, and the authorized operations are INT32_MIN unless asked
-// for.
+// ConsumerGroupDescribe: "" is INVALID_GROUP_ID, every other id is
+// described, and the authorized operations are INT32_MIN unless asked for.
 func TestConsumerGroupDescribeGroups(t *testing.T) {
-	s := startServer(t, nil, nil)
+	s := startConsumerServer(t, nil)
+	for _, g := range []string{"g", "h"} {
+		s.member(t, g, "m-1").beat()
+	}
 	c := dial(t, s.l.Addr())
 	for _, ops := range []bool{false, true} {
-		before := s.groups.count()
 		req := kmsg.NewPtrConsumerGroupDescribeRequest()
 		req.SetVersion(1)
 		req.Groups, req.IncludeAuthorizedOperations = []string{"", "g", "h"}, ops
@@ -312,21 +320,22 @@ func TestConsumerGroupDescribeGroups(t *testing.T) {
 		if len(r.Groups) != 3 || r.Groups[0].ErrorCode != kerr.InvalidGroupID.Code || r.Groups[1].Group != "g" || r.Groups[2].Group != "h" {
 			t.Fatalf("groups %+v", r.Groups)
 		}
-		if calls := s.groups.count() - before; calls != 2 {
-			t.Fatalf("%d native calls, want 2", calls)
-		}
 		wantOps := int32(-1 << 31)
 		if ops {
 			wantOps = 1<<kmsg.ACLOperationRead | 1<<kmsg.ACLOperationDelete | 1<<kmsg.ACLOperationDescribe
 		}
 		for _, g := range r.Groups[1:] {
-			if g.ErrorCode != 0 || g.AuthorizedOperations != wantOps || len(g.Members) != 1 {
+			if g.ErrorCode != 0 || g.AuthorizedOperations != wantOps || g.Epoch != 1 || len(g.Members) != 1 {
 				t.Fatalf("operations asked %v: group %+v", ops, g)
 			}
 			a := g.Members[0].Assignment.TopicPartitions
-			id, _ := s.topics.Get("t")
-			if len(a) != 1 || a[0].TopicID != id.ID || a[0].Topic != "t" || len(a[0].Partitions) != 2 {
+			if len(a) != 2 {
 				t.Fatalf("assignment %+v", a)
+			}
+			for _, tp := range a {
+				if id, _ := s.topics.Get(tp.Topic); id.ID != tp.TopicID {
+					t.Fatalf("assignment %+v: topic %s has id %x", a, tp.Topic, id.ID)
+				}
 			}
 		}
 	}
