@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -45,6 +47,12 @@ func (l *Listener) consumerGroupHeartbeat(ctx context.Context, r *request, req *
 		resp.ErrorCode = topicDenied
 		return resp
 	}
+	if field := notUTF8(req); field != "" {
+		// Native strings are UTF-8 (they cross protoactor remote and
+		// Raft as protobuf): such a request cannot be passed on.
+		resp.ErrorCode, resp.ErrorMessage = kerr.InvalidRequest.Code, kmsg.StringPtr(field+" is not valid UTF-8.")
+		return resp
+	}
 	n, dropped := l.heartbeatRequest(r, req)
 	if dropped > 0 && n.MemberEpoch == 0 {
 		// The owned topics the catalog does not know cannot be passed on,
@@ -77,7 +85,7 @@ func (l *Listener) heartbeatRequest(r *request, req *kmsg.ConsumerGroupHeartbeat
 		SubscribedTopicNames:    req.SubscribedTopicNames,
 		ServerAssignor:          req.ServerAssignor,
 		TopicsSet:               req.Topics != nil,
-		ClientId:                r.clientID,
+		ClientId:                strings.ToValidUTF8(r.clientID, "\uFFFD"), // as Java decodes it; it is only shown
 		ClientHost:              r.c.host,
 		ApiVersion:              int32(r.version),
 	}
@@ -96,6 +104,32 @@ func (l *Listener) heartbeatRequest(r *request, req *kmsg.ConsumerGroupHeartbeat
 		n.Topics = append(n.Topics, &grouppb.TopicPartitions{Name: name, Partitions: t.Partitions})
 	}
 	return n, dropped
+}
+
+// notUTF8 names the first string field of req that is not valid UTF-8,
+// or returns "".
+func notUTF8(req *kmsg.ConsumerGroupHeartbeatRequest) string {
+	valid := func(s *string) bool { return s == nil || utf8.ValidString(*s) }
+	switch {
+	case !utf8.ValidString(req.Group):
+		return "GroupId"
+	case !utf8.ValidString(req.MemberID):
+		return "MemberId"
+	case !valid(req.InstanceID):
+		return "InstanceId"
+	case !valid(req.RackID):
+		return "RackId"
+	case !valid(req.SubscribedTopicRegex):
+		return "SubscribedTopicRegex"
+	case !valid(req.ServerAssignor):
+		return "ServerAssignor"
+	}
+	for _, name := range req.SubscribedTopicNames {
+		if !utf8.ValidString(name) {
+			return "SubscribedTopicNames"
+		}
+	}
+	return ""
 }
 
 // heartbeatAnswer fills the Kafka answer from the native one. An error
@@ -154,7 +188,7 @@ func (l *Listener) consumerGroupDescribe(ctx context.Context, r *request, req *k
 		switch {
 		case !r.groupAllowed(kmsg.ACLOperationDescribe, g.Group):
 			g.ErrorCode = groupDenied
-		case g.Group == "":
+		case g.Group == "" || !utf8.ValidString(g.Group): // no group has such an id
 			g.ErrorCode = kerr.InvalidGroupID.Code
 		default:
 			out, err := call[*grouppb.ConsumerGroupDescribeResponse](ctx, l, callTimeout, &grouppb.ConsumerGroupDescribeRequest{GroupId: g.Group})

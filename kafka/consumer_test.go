@@ -340,3 +340,21 @@ func TestConsumerGroupDescribeGroups(t *testing.T) {
 		}
 	}
 }
+
+// Native strings are UTF-8: a heartbeat with another string is refused,
+// naming the field, a describe of such a group id is INVALID_GROUP_ID, and
+// a client id is shown as Java decodes it.
+func TestConsumerStringsNotUTF8(t *testing.T) {
+	s := startConsumerServer(t, nil)
+	m := s.member(t, "g", "m-\xff")
+	if r := m.send(0); r.ErrorCode != kerr.InvalidRequest.Code || r.ErrorMessage == nil || *r.ErrorMessage != "MemberId is not valid UTF-8." {
+		t.Fatalf("member id not UTF-8: %+v", r)
+	}
+	m.id = "m-1"
+	m.c.fmt = kmsg.NewRequestFormatter(kmsg.FormatterClientID("client-\xff"))
+	m.beat()
+	gs := s.describe(t, m.c, 1, "g", "g-\xff")
+	if gs[0].ErrorCode != 0 || len(gs[0].Members) != 1 || gs[0].Members[0].ClientID != "client-\uFFFD" || gs[1].ErrorCode != kerr.InvalidGroupID.Code {
+		t.Fatalf("describe: %+v", gs)
+	}
+}
