@@ -502,3 +502,120 @@ func TestMigrationRollingUpgradeAndDowngrade(t *testing.T) {
 	}
 }
 
+// Each refusal of an upgrade answers GROUP_ID_NOT_FOUND with Kafka's
+// message, and the group stays classic with its members, nothing written.
+func TestMigrationUpgradeRefusals(t *testing.T) {
+	const prefix = "Cannot upgrade classic group g to consumer group because "
+	for _, tc := range []struct {
+		name   string
+		mutate func(h *migHarness)
+		msg    string
+	}{
+		{"policy disabled", func(h *migHarness) { h.ccfg.MigrationPolicy = MigrationDisabled }, "online upgrade is disabled."},
+		{"policy downgrade only", func(h *migHarness) { h.ccfg.MigrationPolicy = MigrationDowngrade }, "online upgrade is disabled."},
+		{"not the consumer protocol", func(h *migHarness) { h.g.protocolType = "connect" }, "the group does not use the consumer embedded protocol."},
+		{"max size", func(h *migHarness) { h.ccfg.MaxSize = 1 }, "the group size exceeds the consumer group maximum size."},
+		{"malformed metadata", func(h *migHarness) {
+			h.g.order[0].protocols = []*pb.Protocol{{Name: "range", Metadata: []byte{0, 1, 0xff}}}
+		}, "the embedded consumer protocol is malformed."},
+		{"userData", func(h *migHarness) {
+			a := assignor.Assignment{Version: 3, Topics: h.clients[0].held.list(), UserData: []byte("x")}
+			h.g.order[0].assignment = a.AppendTo(nil)
+		}, "an unsupported custom assignor is in use. Please refer to the documentation or switch to a default assignor before re-attempting the upgrade."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newMigHarness(t, map[string]int32{"t": 4})
+			h.addClassic(assignor.Range(), "t")
+			h.addClassic(assignor.Range(), "t")
+			h.settle()
+			tc.mutate(h)
+			before := len(h.written)
+			resp := h.consumerHB(cgJoin("k", "t"))
+			if resp.ErrorCode != ErrGroupIDNotFound || resp.ErrorMessage != prefix+tc.msg {
+				t.Fatalf("answer %d %q", resp.ErrorCode, resp.ErrorMessage)
+			}
+			if h.g.Consumer() != nil || h.g.NumMembers() != 2 || len(h.written) != before {
+				t.Fatalf("consumer %v, %d members, %d records written", h.g.Consumer() != nil, h.g.NumMembers(), len(h.written)-before)
+			}
+		})
+	}
+	// A heartbeat at an epoch other than 0 finds no consumer group.
+	h := newMigHarness(t, map[string]int32{"t": 4})
+	h.addClassic(assignor.Range(), "t")
+	h.settle()
+	if resp := h.consumerHB(cgBeat("k", 3, nil)); resp.ErrorCode != ErrGroupIDNotFound || resp.ErrorMessage != "Group g is not a consumer group." {
+		t.Fatalf("answer %d %q", resp.ErrorCode, resp.ErrorMessage)
+	}
+}
+
+// Classic requests to a consumer group: with the policy disabled, today's
+// refusals; otherwise each classic rule answers with Kafka's code. An
+// empty consumer group becomes classic on a JoinGroup whatever the policy.
+func TestMigrationClassicMembersInConsumerGroup(t *testing.T) {
+	meta := assignor.Range().Metadata(assignor.MemberState{Topics: []string{"t"}, Generation: -1})
+	join := func(id string, version int32) *pb.JoinGroupRequest {
+		return &pb.JoinGroupRequest{ApiVersion: version, GroupId: "g", MemberId: id, ClientId: "cl", SessionTimeoutMs: 10000,
+			RebalanceTimeoutMs: 20000, ProtocolType: "consumer", Protocols: []*pb.Protocol{{Name: "range", Metadata: meta}}}
+	}
+	h := newMigHarness(t, map[string]int32{"t": 4})
+	k := h.addConsumer("t")
+	h.settle()
+	h.ccfg.MigrationPolicy = MigrationDisabled
+	if _, r := h.classic(join("", 9)); r.(*pb.JoinGroupResponse).GetErrorCode() != ErrInconsistentGroupProto {
+		t.Fatalf("disabled: %v", r)
+	}
+	h.ccfg.MigrationPolicy = MigrationBidirectional
+	_, r := h.classic(join("", 9))
+	jr := r.(*pb.JoinGroupResponse)
+	if jr.GetErrorCode() != ErrMemberIDRequired || jr.GetMemberId() != "cl-n2" {
+		t.Fatalf("v9 unknown member: %v", jr)
+	}
+	bad := join(jr.GetMemberId(), 9)
+	bad.ProtocolType = "connect"
+	if _, r := h.classic(bad); r.(*pb.JoinGroupResponse).GetErrorCode() != ErrInconsistentGroupProto {
+		t.Fatalf("protocol type: %v", r)
+	}
+	_, r = h.classic(join(jr.GetMemberId(), 9))
+	jr = r.(*pb.JoinGroupResponse)
+	if jr.GetErrorCode() != ErrNone || jr.GetLeader() != "" || len(jr.GetMembers()) != 0 || jr.GetProtocolName() != "range" {
+		t.Fatalf("join: %v", jr)
+	}
+	id, gen := jr.GetMemberId(), jr.GetGenerationId()
+	if _, r := h.classic(&pb.SyncGroupRequest{GroupId: "g", MemberId: id, GenerationId: gen + 1}); r.(*pb.SyncGroupResponse).GetErrorCode() != ErrIllegalGeneration {
+		t.Fatalf("sync at another generation: %v", r)
+	}
+	if _, r := h.classic(&pb.SyncGroupRequest{GroupId: "g", MemberId: k.memberID, GenerationId: gen}); r.(*pb.SyncGroupResponse).GetErrorCode() != ErrUnknownMemberID {
+		t.Fatalf("sync of a consumer-protocol member: %v", r)
+	}
+	// The consumer member still holds what the new member's target
+	// gives it: the classic member must wait and is told to rejoin.
+	if _, r := h.classic(&pb.HeartbeatRequest{GroupId: "g", MemberId: id, GenerationId: gen}); r.(*pb.HeartbeatResponse).GetErrorCode() != ErrNone {
+		t.Fatalf("heartbeat while waiting: %v", r)
+	}
+	h.step(k) // told to revoke
+	h.step(k) // releases
+	if _, r := h.classic(&pb.HeartbeatRequest{GroupId: "g", MemberId: id, GenerationId: gen}); r.(*pb.HeartbeatResponse).GetErrorCode() != ErrRebalanceInProgress {
+		t.Fatalf("heartbeat once released: %v", r)
+	}
+	if _, ok := h.timers[TimerKey{Kind: TimerConsumerJoin, Member: id}]; !ok {
+		t.Fatal("no join timeout armed")
+	}
+	// The member does not rejoin: its join timeout fences it; the group
+	// keeps its consumer member and stays a consumer group.
+	for range 30 {
+		h.step(k)
+		h.advance(time.Second)
+	}
+	if cg := h.g.Consumer(); cg == nil || cg.NumMembers() != 1 {
+		t.Fatalf("after the join timeout: consumer %v", cg != nil)
+	}
+	// The last member leaves; a JoinGroup takes the empty group whatever
+	// the policy, and the consumer records are gone.
+	h.leaveClient(k)
+	h.ccfg.MigrationPolicy = MigrationDisabled
+	c := h.addClassic(assignor.Range(), "t")
+	h.settle()
+	if h.g.Consumer() != nil || !h.g.HasMember(c.memberID) || h.toClassic != 1 {
+		t.Fatalf("the empty consumer group was not taken: consumer %v", h.g.Consumer() != nil)
+	}
+}
