@@ -1,6 +1,8 @@
 package actors
 
 import (
+	"errors"
+
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
@@ -25,8 +27,9 @@ func (c *consumerEnv) catalog() (uint64, map[string]int32) {
 }
 
 // consumerSide is the consumer-protocol part of a group actor: the group's
-// coordinator.ConsumerGroup lives in its coordinator.Group (Consumer). The
-// machine writes records before a heartbeat is answered; every answer waits
+// coordinator.ConsumerGroup lives in its coordinator.Group (Consumer), which
+// also converts the group between the two protocols (online migration). The
+// machine writes records before a request is answered; every answer waits
 // for the writes issued before it, so no answer tells a member of a state
 // that is not replicated yet.
 type consumerSide struct {
@@ -37,15 +40,30 @@ type consumerSide struct {
 	waiting  []consumerReply
 	// failed is the error of a write that failed: the machine's state is
 	// ahead of the store, so every answer is an error until the writes in
-	// flight are done and the group is rebuilt from the store.
+	// flight are done; then the actor stops, and the group's next request
+	// starts it afresh from the store.
 	failed error
 }
 
-// consumerReply is an answer held until write number after is done.
+// consumerReply is an answer to req held until write number after is done.
 type consumerReply struct {
 	after uint64
 	to    coordinator.ReplyTo
+	req   proto.Message
 	msg   proto.Message
+}
+
+// failedAnswer answers req after a failed write (err).
+func failedAnswer(req proto.Message, err error) proto.Message {
+	switch req.(type) {
+	case *pb.ConsumerGroupHeartbeatRequest, *pb.ConsumerGroupDescribeRequest, nil:
+		return coordinator.ConsumerWriteFailed(err)
+	}
+	code := coordinator.ErrCoordinatorNotAvailable
+	if errors.Is(err, coordinator.ErrStoreNotLeader) {
+		code = coordinator.ErrNotCoordinator
+	}
+	return coordinator.NotCoordinator(req, code)
 }
 
 // consumerPersisted reports the completion of a consumer group write.
@@ -55,45 +73,56 @@ type consumerPersisted struct {
 	err         error
 }
 
-// onConsumerHeartbeat runs a ConsumerGroupHeartbeat through the group's
-// consumer machine, attaching one to an empty group on a valid join.
+// onConsumerHeartbeat runs a ConsumerGroupHeartbeat through the group:
+// its consumer group, or one it attaches to an empty group, or the one a
+// classic group with members is upgraded to.
 func (a *groupActor) onConsumerHeartbeat(ctx actor.Context, m *pb.ConsumerGroupHeartbeatRequest, to coordinator.ReplyTo) {
 	cs := &a.consumer
 	if cs.failed != nil {
 		deliver(ctx, to, coordinator.ConsumerWriteFailed(cs.failed))
 		return
 	}
-	if resp, refused := a.g.RefuseConsumerHeartbeat(); refused {
-		deliver(ctx, to, resp.Proto())
-		return
-	}
 	req := coordinator.ConsumerHeartbeatFromProto(m)
 	if req.MemberID == "" && req.MemberEpoch == coordinator.EpochJoin {
 		req.GeneratedMemberID = uuid.NewString()
 	}
-	cg := a.g.Consumer()
-	fresh := cg == nil
-	if fresh {
+	var topics map[string]int32
+	if cg := a.g.Consumer(); cg != nil {
+		a.refreshTopics(cg)
+	} else {
 		if err := a.consumerAllowed(); err != nil {
 			deliver(ctx, to, &pb.ConsumerGroupHeartbeatResponse{ErrorCode: coordinator.ErrUnsupportedVersion, ErrorMessage: err.Error()})
 			return
 		}
-		v, topics := a.env.consumer.catalog()
-		cg, cs.topicsAt = coordinator.NewConsumerGroup(a.id, a.env.consumer.cfg, topics), v
-	} else {
-		a.refreshTopics(cg)
+		cs.topicsAt, topics = a.env.consumer.catalog()
 	}
-	resp := cg.Heartbeat(req, a.now, &cs.fx)
-	if fresh {
-		if cg.Epoch() == 0 {
-			// The join failed: the group stays what it was.
-			deliver(ctx, to, resp.Proto())
-			return
-		}
-		a.g.AttachConsumer(cg)
-	}
+	resp := a.g.ConsumerHeartbeat(a.env.consumer.cfg, topics, req, a.now, &cs.fx, &a.fx)
 	a.executeConsumer(ctx)
-	a.answerConsumer(ctx, to, resp.Proto())
+	a.execute(ctx)
+	a.answerConsumer(ctx, to, m, resp.Proto())
+}
+
+// onClassicToConsumer hands a classic request to the consumer group the
+// group is (online migration: classic members inside a consumer group);
+// it reports whether the request was answered, or goes on to the classic
+// machine (offsets, deletion, or a group that a JoinGroup just turned
+// classic).
+func (a *groupActor) onClassicToConsumer(ctx actor.Context, req proto.Message, to coordinator.ReplyTo) bool {
+	cs := &a.consumer
+	if cs.failed != nil {
+		deliver(ctx, to, failedAnswer(req, cs.failed))
+		return true
+	}
+	var newID string
+	if j, ok := req.(*pb.JoinGroupRequest); ok && j.GetMemberId() == "" {
+		newID = uuid.NewString()
+	}
+	resp, served := a.g.ServeClassic(req, newID, a.now, &cs.fx)
+	a.executeConsumer(ctx)
+	if served {
+		a.answerConsumer(ctx, to, req, resp)
+	}
+	return served
 }
 
 // consumerAllowed reports why consumer groups cannot be created now (nil:
@@ -115,14 +144,15 @@ func (a *groupActor) refreshTopics(cg *coordinator.ConsumerGroup) {
 	}
 }
 
-// answerConsumer sends msg once every write issued so far is done.
-func (a *groupActor) answerConsumer(ctx actor.Context, to coordinator.ReplyTo, msg proto.Message) {
+// answerConsumer sends msg, the answer to req, once every write issued so
+// far is done.
+func (a *groupActor) answerConsumer(ctx actor.Context, to coordinator.ReplyTo, req, msg proto.Message) {
 	cs := &a.consumer
 	if cs.done == cs.issued {
 		deliver(ctx, to, msg)
 		return
 	}
-	cs.waiting = append(cs.waiting, consumerReply{after: cs.issued, to: to, msg: msg})
+	cs.waiting = append(cs.waiting, consumerReply{after: cs.issued, to: to, req: req, msg: msg})
 }
 
 // executeConsumer carries out the consumer machine's effects: its timers,
@@ -145,14 +175,15 @@ func (a *groupActor) executeConsumer(ctx actor.Context) {
 }
 
 // onConsumerPersisted delivers the answers that waited for the write; after
-// a failed write, once none is in flight, it rebuilds the group from the
-// store.
+// a failed write, once none is in flight, the actor gives the group up (the
+// classic side's parked requests answered) and the router starts a new one,
+// which loads it from the store as a takeover does.
 func (a *groupActor) onConsumerPersisted(ctx actor.Context, m *consumerPersisted) {
 	cs := &a.consumer
 	cs.done = m.token
 	if m.err != nil && cs.failed == nil {
 		cs.failed = m.err
-		a.env.log.Warn("consumer group write failed; the group is rebuilt from the store", "group", a.id, "err", m.err)
+		a.env.log.Warn("consumer group write failed; the group is loaded again from the store", "group", a.id, "err", m.err)
 	}
 	n := 0
 	for _, r := range cs.waiting {
@@ -163,40 +194,26 @@ func (a *groupActor) onConsumerPersisted(ctx actor.Context, m *consumerPersisted
 		}
 		msg := r.msg
 		if cs.failed != nil {
-			msg = coordinator.ConsumerWriteFailed(cs.failed)
+			msg = failedAnswer(r.req, cs.failed)
 		}
 		deliver(ctx, r.to, msg)
 	}
 	clear(cs.waiting[n:])
 	cs.waiting = cs.waiting[:n]
 	if cs.failed != nil && cs.done == cs.issued {
-		cs.failed = nil
-		a.now = a.env.clock.Now()
-		a.restoreConsumer(ctx)
+		a.onStopping(ctx)
+		a.behavior.Become(a.dead)
+		ctx.Send(ctx.Parent(), &groupReload{id: a.id, pid: ctx.Self()})
 	}
 }
 
-// restoreConsumer rebuilds the group's consumer machine from the store and
-// arms its members' timers afresh (a takeover, or a failed write); the
-// timers of the machine it replaces are dropped.
-func (a *groupActor) restoreConsumer(ctx actor.Context) {
-	for k := range a.timers.deadlines {
-		if _, ok := k.ConsumerKind(); ok {
-			delete(a.timers.deadlines, k)
-		}
-	}
-	recs := a.env.store.ConsumerRecords(a.id)
-	if len(recs) == 0 {
-		a.g.ReplaceConsumer(nil)
-		a.publishSummary(ctx)
-		return
-	}
+// restoreConsumer rebuilds the group's consumer machine from the store's
+// records (a takeover) and arms its members' timers afresh.
+func (a *groupActor) restoreConsumer(ctx actor.Context, recs []*pb.Record) {
 	v, topics := a.env.consumer.catalog()
 	cg := coordinator.RestoreConsumerGroup(a.id, a.env.consumer.cfg, topics, coordinator.ConsumerRecordsFromProto(recs))
 	a.consumer.topicsAt = v
-	if !a.g.AttachConsumer(cg) {
-		a.g.ReplaceConsumer(cg)
-	}
+	a.g.ReplaceConsumer(cg)
 	cg.ArmAll(a.now, &a.consumer.fx)
 	a.executeConsumer(ctx)
 }
@@ -207,10 +224,11 @@ func (a *groupActor) onConsumerTimer(ctx actor.Context, kind coordinator.Consume
 	if cg == nil || a.consumer.failed != nil {
 		return
 	}
-	if cg.OnTimer(kind, member, a.now, &a.consumer.fx) {
+	if a.g.ConsumerTimer(kind, member, a.now, &a.consumer.fx, &a.fx) {
 		a.track.cause = CauseExpiry
 	}
 	a.executeConsumer(ctx)
+	a.execute(ctx)
 }
 
 // onConsumerDescribe answers ConsumerGroupDescribe.
@@ -220,14 +238,14 @@ func (a *groupActor) onConsumerDescribe(ctx actor.Context, to coordinator.ReplyT
 		deliver(ctx, to, coordinator.ConsumerDescribeAbsent(a.id))
 		return
 	}
-	a.answerConsumer(ctx, to, cg.Describe())
+	a.answerConsumer(ctx, to, &pb.ConsumerGroupDescribeRequest{}, cg.Describe())
 }
 
 // unloadConsumer answers what waits for writes NOT_COORDINATOR (the node
 // stopped coordinating the group).
 func (a *groupActor) unloadConsumer(ctx actor.Context) {
 	for _, r := range a.consumer.waiting {
-		deliver(ctx, r.to, coordinator.ConsumerWriteFailed(coordinator.ErrStoreNotLeader))
+		deliver(ctx, r.to, failedAnswer(r.req, coordinator.ErrStoreNotLeader))
 	}
 	a.consumer.waiting = nil
 }

@@ -155,9 +155,11 @@ func TestConsumerGroupThroughActor(t *testing.T) {
 		if l := ask[*pb.ListGroupsResponse](t, svc, &pb.ListGroupsRequest{TypesFilter: []string{"classic"}}); len(l.Groups) != 0 {
 			t.Fatalf("list classic groups: %v", l.Groups)
 		}
+		// A classic member joins the consumer group as such (online
+		// migration): a v4+ join without an id is given one first.
 		j := ask[*pb.JoinGroupResponse](t, svc, joinReq("g", "classic", ""))
-		if j.ErrorCode != coordinator.ErrInconsistentGroupProto {
-			t.Fatalf("classic join to a consumer group: %d, want INCONSISTENT_GROUP_PROTOCOL", j.ErrorCode)
+		if j.ErrorCode != coordinator.ErrMemberIDRequired || j.MemberId == "" {
+			t.Fatalf("classic join to a consumer group: %v, want MEMBER_ID_REQUIRED with an id", j)
 		}
 		if dg := ask[*pb.DescribeGroupResponse](t, svc, &pb.DescribeGroupRequest{GroupId: "g"}); dg.ErrorCode != coordinator.ErrGroupIDNotFound {
 			t.Fatalf("DescribeGroups of a consumer group: %v", dg)
@@ -169,8 +171,9 @@ func TestConsumerGroupThroughActor(t *testing.T) {
 }
 
 // A heartbeat to a group nobody has joined, or a describe of one, is
-// answered GROUP_ID_NOT_FOUND without creating it; a classic group with
-// members refuses consumer members; a refused creation answers
+// answered GROUP_ID_NOT_FOUND without creating it; a classic group whose
+// assignments are not the consumer protocol's cannot be upgraded and
+// refuses consumer members; a refused creation answers
 // UNSUPPORTED_VERSION (clients fall back to the classic protocol).
 func TestConsumerGroupRefusals(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

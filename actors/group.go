@@ -69,6 +69,14 @@ type groupSummary struct {
 	consumerState string
 }
 
+// groupReload asks the router for a new actor of the group, which loads it
+// from the store: this one's state is ahead of the store after a failed
+// write. It forwards what it still receives to the router meanwhile.
+type groupReload struct {
+	id  string
+	pid *actor.PID
+}
+
 // groupGone tells the router the group is dead and its writes are done.
 type groupGone struct {
 	id  string
@@ -152,8 +160,7 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 		a.onConsumerDescribe(ctx, to)
 		return
 	}
-	if refusal := a.g.RefuseClassic(req); refusal != nil {
-		deliver(ctx, to, refusal)
+	if a.g.Consumer() != nil && a.onClassicToConsumer(ctx, req, to) {
 		return
 	}
 	forwarded := a.env.fromPeer(to)
@@ -231,9 +238,9 @@ func (a *groupActor) onStarted(ctx actor.Context) {
 	}
 	a.g.Start(now, &a.fx)
 	a.execute(ctx)
-	if len(a.env.store.ConsumerRecords(a.id)) > 0 {
+	if recs := a.env.store.ConsumerRecords(a.id); len(recs) > 0 {
 		a.track.cause = CauseFailover
-		a.restoreConsumer(ctx)
+		a.restoreConsumer(ctx, recs)
 	}
 }
 

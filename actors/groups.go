@@ -198,6 +198,13 @@ func (r *groupsActor) serving(ctx actor.Context) {
 			r.summaries[m.id] = *m
 		}
 		r.loaded(ctx, m.id)
+	case *groupReload:
+		if r.children[m.id] == m.pid {
+			r.forget(ctx, m.id)
+			r.spawn(ctx, m.id)
+			self := ctx.Self()
+			time.AfterFunc(goneGrace, func() { r.env.system.Root.Send(self, &stopGone{pid: m.pid}) })
+		}
 	case *groupGone:
 		if r.children[m.id] == m.pid {
 			r.forget(ctx, m.id)

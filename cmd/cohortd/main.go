@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/cohort-coord/cohort/assignor"
+	"github.com/cohort-coord/cohort/coordinator"
 	"github.com/cohort-coord/cohort/internal/buildinfo"
 	"github.com/cohort-coord/cohort/kafka"
 	"github.com/cohort-coord/cohort/node"
@@ -112,6 +113,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.DurationVar(&cc.SessionTimeout, "group-consumer-session-timeout", cc.SessionTimeout, "session timeout of consumer-protocol (KIP-848) members (group.consumer.session.timeout.ms)")
 	fs.DurationVar(&cc.HeartbeatInterval, "group-consumer-heartbeat-interval", cc.HeartbeatInterval, "heartbeat interval given to consumer-protocol members (group.consumer.heartbeat.interval.ms)")
 	fs.IntVar(&cc.MaxSize, "group-consumer-max-size", cc.MaxSize, "most members a consumer-protocol group may have, 0 for no limit (group.consumer.max.size)")
+	fs.Var(migrationPolicyFlag{&cc.MigrationPolicy}, "group-consumer-migration-policy", "online migration between the classic and the consumer group protocols of groups with members: bidirectional, upgrade, downgrade or disabled (group.consumer.migration.policy)")
 	fs.Var(serverAssignorsFlag{&cc.Assignors}, "group-consumer-assignors", "server assignors of consumer-protocol groups, the default first: a comma list of uniform and range (group.consumer.assignors)")
 	takeover := !g.DisableTakeoverWindow
 	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")
@@ -296,6 +298,26 @@ func (f rebalanceProtocolsFlag) Set(v string) error {
 	}
 	*f.consumer = consumer
 	return nil
+}
+
+// migrationPolicyFlag is --group-consumer-migration-policy.
+type migrationPolicyFlag struct{ p *coordinator.MigrationPolicy }
+
+func (f migrationPolicyFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return string(*f.p)
+}
+
+func (f migrationPolicyFlag) Set(v string) error {
+	p := coordinator.MigrationPolicy(strings.ToLower(strings.TrimSpace(v)))
+	switch p {
+	case coordinator.MigrationBidirectional, coordinator.MigrationUpgrade, coordinator.MigrationDowngrade, coordinator.MigrationDisabled:
+		*f.p = p
+		return nil
+	}
+	return fmt.Errorf("unknown migration policy %q: want bidirectional, upgrade, downgrade or disabled", v)
 }
 
 // serverAssignorsFlag is --group-consumer-assignors: server assignor names.
