@@ -1,0 +1,198 @@
+package interop
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// KIP-848 (the consumer group protocol) with unmodified kgo consumers
+// (kgo.ServerSideBalancer). Every scenario runs against each target (see
+// kip848_target_test.go) and checks, from the consumers' own callbacks, that
+// no partition was ever held by two consumers at once, and, through
+// OffsetFetch, that every acknowledged commit is there at the end.
+
+const (
+	parts848 = 12
+	// commitEvery848 is how often every consumer commits what it owns
+	// while the group changes.
+	commitEvery848 = 100 * time.Millisecond
+)
+
+// Six consumers, then three (three leave cleanly at once), then six again.
+func TestKIP848ScaleDownAndUp(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target848) {
+		topic, group := "kip848-scale", "kip848-scale"
+		createTopic(t, tg.admin, topic, parts848)
+		log, book := newOwnLog(), newCommitBook()
+		start := func(i int) *consumer848 {
+			return startConsumer848(t, tg, group, topic, fmt.Sprintf("c%d", i), log, book, consumerOpts{commitEvery: commitEvery848})
+		}
+		var live []*consumer848
+		for i := range 6 {
+			live = append(live, start(i))
+		}
+		v6 := waitStable848(t, tg, group, topic, parts848, live, log, "6 consumers joined")
+		commitAll(t, tg, live, parts848, "6 consumers")
+
+		var wg sync.WaitGroup
+		for _, c := range live[3:] {
+			wg.Go(c.close)
+		}
+		wg.Wait()
+		live = live[:3]
+		v3 := waitStable848(t, tg, group, topic, parts848, live, log, "scaled down to 3")
+		commitAll(t, tg, live, parts848, "3 consumers")
+
+		for i := 6; i < 9; i++ {
+			live = append(live, start(i))
+		}
+		v6b := waitStable848(t, tg, group, topic, parts848, live, log, "scaled back up to 6")
+		commitAll(t, tg, live, parts848, "6 consumers again")
+		if why := readOwnership(mustEvents(log)).exactlyOnce(parts848); why != "" {
+			t.Fatalf("%s: after scaling back up, the consumers' callbacks say: %s", tg.name, why)
+		}
+		if !(v6.epoch < v3.epoch && v3.epoch < v6b.epoch) {
+			t.Fatalf("%s: group epochs %d (6), %d (3), %d (6 again): each change must raise it", tg.name, v6.epoch, v3.epoch, v6b.epoch)
+		}
+		t.Logf("%s: group epochs %d (6 consumers), %d (3), %d (6 again)", tg.name, v6.epoch, v3.epoch, v6b.epoch)
+
+		for _, c := range live {
+			c.close()
+		}
+		logRefused(t, tg, live)
+		checkLog(t, tg, log)
+		book.check(t, tg, group, topic)
+	})
+}
+
+// Six consumers, each closed in turn and replaced at once by a new one.
+func TestKIP848RollingRestart(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target848) {
+		topic, group := "kip848-roll", "kip848-roll"
+		createTopic(t, tg.admin, topic, parts848)
+		log, book := newOwnLog(), newCommitBook()
+		start := func(i int) *consumer848 {
+			return startConsumer848(t, tg, group, topic, fmt.Sprintf("c%d", i), log, book, consumerOpts{commitEvery: commitEvery848})
+		}
+		live := make([]*consumer848, 6)
+		for i := range live {
+			live[i] = start(i)
+		}
+		v := waitStable848(t, tg, group, topic, parts848, live, log, "6 consumers joined")
+		epochs := []int32{v.epoch}
+		all := slices.Clone(live)
+		for i := range live {
+			live[i].close()
+			live[i] = start(len(all))
+			all = append(all, live[i])
+			v = waitStable848(t, tg, group, topic, parts848, live, log, fmt.Sprintf("%s replaced by %s", all[i].name, live[i].name))
+			epochs = append(epochs, v.epoch)
+		}
+		commitAll(t, tg, live, parts848, "after the rolling restart")
+		if why := readOwnership(mustEvents(log)).exactlyOnce(parts848); why != "" {
+			t.Fatalf("%s: after the rolling restart, the consumers' callbacks say: %s", tg.name, why)
+		}
+		for i := 1; i < len(epochs); i++ {
+			if epochs[i] <= epochs[i-1] {
+				t.Fatalf("%s: group epochs %v: each replacement must raise it", tg.name, epochs)
+			}
+		}
+		t.Logf("%s: group epochs at each stable point: %v", tg.name, epochs)
+		for _, c := range live {
+			c.close()
+		}
+		logRefused(t, tg, all)
+		checkLog(t, tg, log)
+		book.check(t, tg, group, topic)
+	})
+}
+
+// Six static members (kgo.InstanceID); three are closed and restarted in
+// turn, well within the session timeout: each gets its partitions back
+// and no other member's change. kgo v1.22.3 leaves a static member with
+// epoch -2 but no InstanceId, which Kafka answers INVALID_REQUEST; the test
+// logs what the target answered.
+func TestKIP848StaticRestart(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, tg *target848) {
+		topic, group := "kip848-static", "kip848-static"
+		createTopic(t, tg.admin, topic, parts848)
+		log, book := newOwnLog(), newCommitBook()
+		start := func(slot, incarnation int) *consumer848 {
+			name := fmt.Sprintf("s%d.%d", slot, incarnation)
+			return startConsumer848(t, tg, group, topic, name, log, book, consumerOpts{
+				instanceID: fmt.Sprintf("s%d", slot), commitEvery: commitEvery848,
+			})
+		}
+		live := make([]*consumer848, 6)
+		for i := range live {
+			live[i] = start(i, 0)
+		}
+		v := waitStable848(t, tg, group, topic, parts848, live, log, "6 static members joined")
+		commitAll(t, tg, live, parts848, "6 static members")
+		all := slices.Clone(live)
+		for _, slot := range []int{0, 2, 4} {
+			id := fmt.Sprintf("s%d", slot)
+			before := map[string][]int32{}
+			for i := range live {
+				ps, err := v.byInstance(fmt.Sprintf("s%d", i))
+				if err != nil {
+					t.Fatalf("%s: %v", tg.name, err)
+				}
+				before[fmt.Sprintf("s%d", i)] = ps
+			}
+			old := live[slot]
+			closed := time.Now()
+			old.close()
+			t.Logf("%s: %s left (epoch -2, no InstanceId): answered %v", tg.name, old.name, describeErr(old.leaveErr))
+			live[slot] = start(slot, 1)
+			all = append(all, live[slot])
+			step := fmt.Sprintf("%s restarted as %s", old.name, live[slot].name)
+			v2 := waitStable848(t, tg, group, topic, parts848, live, log, step)
+			back := time.Since(closed)
+			if back >= session848 {
+				t.Fatalf("%s: %s took %v, not within the session timeout %v: the test cannot tell", tg.name, step, back, session848)
+			}
+			for inst, ps := range before {
+				got, err := v2.byInstance(inst)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", tg.name, step, err)
+				}
+				if !slices.Equal(got, ps) {
+					t.Fatalf("%s: %s: instance %s has %v, had %v before (the restarted member is %s; its leave was answered %v)",
+						tg.name, step, inst, got, ps, id, describeErr(old.leaveErr))
+				}
+			}
+			t.Logf("%s: %s in %v: %s kept %v, group epoch %d -> %d", tg.name, step, back.Round(10*time.Millisecond), id, before[id], v.epoch, v2.epoch)
+			v = v2
+		}
+		commitAll(t, tg, live, parts848, "after the static restarts")
+		for _, c := range live {
+			c.close()
+		}
+		logRefused(t, tg, all)
+		checkLog(t, tg, log)
+		book.check(t, tg, group, topic)
+	})
+}
+
+func describeErr(err error) string {
+	if err == nil {
+		return "success"
+	}
+	return err.Error()
+}
+
+// logRefused logs how many background commits the target refused while
+// the group changed (kgo retries STALE_MEMBER_EPOCH itself; what is left is
+// not an error, only a count).
+func logRefused(t *testing.T, tg *target848, cs []*consumer848) {
+	t.Helper()
+	var n int64
+	for _, c := range cs {
+		n += c.refused.Load()
+	}
+	t.Logf("%s: %d background commits refused while the group changed", tg.name, n)
+}
