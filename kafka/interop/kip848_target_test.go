@@ -77,7 +77,7 @@ func startTarget848(t *testing.T, name string) *target848 {
 	case targetKfake:
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{
 			"group.consumer.heartbeat.interval.ms": strconv.Itoa(int(heartbeat848.Milliseconds())),
-			"group.consumer.session.timeout.ms":   strconv.Itoa(int(session848.Milliseconds())),
+			"group.consumer.session.timeout.ms":    strconv.Itoa(int(session848.Milliseconds())),
 		}))
 		if err != nil {
 			t.Fatal(err)
@@ -306,4 +306,3 @@ func mustEvents(log *ownLog) []ownEvent {
 	evs, _ := log.snapshot()
 	return evs
 }
-
