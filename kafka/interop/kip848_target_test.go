@@ -95,23 +95,37 @@ func startTarget848(t *testing.T, name string) *target848 {
 	return tg
 }
 
-// require848 checks that the target serves ConsumerGroupHeartbeat v1 (what
-// kgo needs before it uses the protocol; otherwise it silently runs the
-// classic one) and ConsumerGroupDescribe (what the scenarios check the
-// group with). cohortd that does not serve ConsumerGroupHeartbeat skips the
-// test; anything else missing fails it.
+// require848 checks that the target serves what the scenarios need (see
+// missing848). cohortd that does not serve ConsumerGroupHeartbeat v1 skips
+// the test; anything else missing fails it.
 func (tg *target848) require848(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait848)
 	defer cancel()
+	hbServed, why := missing848(ctx, tg.admin)
+	switch {
+	case why == "":
+	case !hbServed && tg.name == targetCohort:
+		t.Skipf("cohortd does not serve ConsumerGroupHeartbeat (%s)", why)
+	default:
+		t.Fatalf("%s: %s", tg.name, why)
+	}
+}
+
+// missing848 says what the broker lacks ("" if nothing): kgo uses the
+// consumer group protocol only if ApiVersions lists ConsumerGroupHeartbeat
+// (key 68) at v1 or above, and otherwise silently runs the classic one; the
+// scenarios check the group with ConsumerGroupDescribe (key 69). hbServed
+// reports whether ConsumerGroupHeartbeat v1 is served.
+func missing848(ctx context.Context, cl *kgo.Client) (hbServed bool, why string) {
 	req := kmsg.NewPtrApiVersionsRequest()
 	req.ClientSoftwareName, req.ClientSoftwareVersion = "interop", "1"
-	resp, err := req.RequestWith(ctx, tg.admin)
+	resp, err := req.RequestWith(ctx, cl)
 	if err == nil {
 		err = kerr.ErrorForCode(resp.ErrorCode)
 	}
 	if err != nil {
-		t.Fatalf("%s: ApiVersions: %v", tg.name, err)
+		return false, fmt.Sprintf("ApiVersions: %v", err)
 	}
 	served := map[int16][2]int16{}
 	for _, k := range resp.ApiKeys {
@@ -119,15 +133,12 @@ func (tg *target848) require848(t *testing.T) {
 	}
 	hb, ok := served[kmsg.ConsumerGroupHeartbeat.Int16()]
 	if !ok || hb[1] < 1 {
-		msg := fmt.Sprintf("ApiVersions lists key 68: %v, versions %v; kgo needs v1", ok, hb)
-		if tg.name == targetCohort {
-			t.Skipf("cohortd does not serve ConsumerGroupHeartbeat (%s)", msg)
-		}
-		t.Fatalf("%s does not serve ConsumerGroupHeartbeat (%s)", tg.name, msg)
+		return false, fmt.Sprintf("ApiVersions lists key 68: %v, versions %v; kgo needs v1", ok, hb)
 	}
 	if _, ok := served[kmsg.ConsumerGroupDescribe.Int16()]; !ok {
-		t.Fatalf("%s serves ConsumerGroupHeartbeat %v but not ConsumerGroupDescribe", tg.name, hb)
+		return true, fmt.Sprintf("ConsumerGroupHeartbeat %v served but not ConsumerGroupDescribe", hb)
 	}
+	return true, ""
 }
 
 // groupView is a Stable consumer group as ConsumerGroupDescribe shows it.

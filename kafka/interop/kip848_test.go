@@ -1,11 +1,17 @@
 package interop
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // KIP-848 (the consumer group protocol) with unmodified kgo consumers
@@ -195,4 +201,47 @@ func logRefused(t *testing.T, tg *target848, cs []*consumer848) {
 		n += c.refused.Load()
 	}
 	t.Logf("%s: %d background commits refused while the group changed", tg.name, n)
+}
+
+// The control: against a broker without ConsumerGroupHeartbeat v1 (kfake
+// as Kafka 3.9), kgo with ServerSideBalancer runs the classic protocol
+// without a word. The target check says so, and the scenarios' stable
+// check cannot pass on such a group, even once every partition is owned.
+func TestKIP848DetectsClassicProtocol(t *testing.T) {
+	if testing.Short() {
+		t.Skip("interop tests run without -short")
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.MaxVersions(kversion.V3_9_0()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	tg := &target848{name: "kfake as Kafka 3.9", addr: c.ListenAddrs()[0], admin: adminClient(t, c.ListenAddrs()[0])}
+	tg.adm = kadm.NewClient(tg.admin)
+	ctx, cancel := context.WithTimeout(context.Background(), wait848)
+	defer cancel()
+	if served, why := missing848(ctx, tg.admin); served || why == "" {
+		t.Fatalf("missing848 = %v, %q: want ConsumerGroupHeartbeat v1 reported missing", served, why)
+	}
+
+	topic, group := "kip848-classic", "kip848-classic"
+	createTopic(t, tg.admin, topic, parts848)
+	log, book := newOwnLog(), newCommitBook()
+	var live []*consumer848
+	for i := range 2 {
+		live = append(live, startConsumer848(t, tg, group, topic, fmt.Sprintf("c%d", i), log, book, consumerOpts{}))
+	}
+	deadline := time.Now().Add(wait848)
+	for readOwnership(mustEvents(log)).exactlyOnce(parts848) != "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the classic group did not assign every partition within %v: %s", wait848, readOwnership(mustEvents(log)).exactlyOnce(parts848))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, gen := live[0].cl.GroupMetadata()
+	_, why := checkStable848(tg, group, topic, parts848, live, log)
+	if !strings.Contains(why, "GROUP_ID_NOT_FOUND") {
+		t.Fatalf("the stable check on a classic group (generation %d) says %q, want GROUP_ID_NOT_FOUND", gen, why)
+	}
+	t.Logf("classic group at generation %d, every partition owned; the stable check says: %s", gen, why)
 }
