@@ -64,6 +64,9 @@ type groupSummary struct {
 	id           string
 	state        coordinator.State
 	protocolType string
+	// consumerState is a consumer group's state (Empty, Assigning,
+	// Reconciling, Stable); "" for a classic group.
+	consumerState string
 }
 
 // groupGone tells the router the group is dead and its writes are done.
@@ -87,6 +90,7 @@ type groupActor struct {
 	self     *actor.PID
 	summary  groupSummary
 	track    tracker
+	consumer consumerSide // consumer.go
 }
 
 func newGroupActor(id string, e *env, term uint64) actor.Producer {
@@ -114,6 +118,10 @@ func (a *groupActor) active(ctx actor.Context) {
 		a.onRequest(ctx, m, ctx.Sender())
 	case *timerWake:
 		a.onWake(ctx)
+	case *consumerPersisted:
+		if m.incarnation == a {
+			a.onConsumerPersisted(ctx, m)
+		}
 	case *persisted:
 		if m.incarnation == a {
 			a.now = a.env.clock.Now()
@@ -135,6 +143,18 @@ func (a *groupActor) onRequest(ctx actor.Context, req proto.Message, to coordina
 	}
 	if _, hb := req.(*pb.HeartbeatRequest); !hb && a.env.observer != nil {
 		a.track.cause = causeOf(a.g, req)
+	}
+	switch m := req.(type) {
+	case *pb.ConsumerGroupHeartbeatRequest:
+		a.onConsumerHeartbeat(ctx, m, to)
+		return
+	case *pb.ConsumerGroupDescribeRequest:
+		a.onConsumerDescribe(ctx, to)
+		return
+	}
+	if refusal := a.g.RefuseClassic(req); refusal != nil {
+		deliver(ctx, to, refusal)
+		return
 	}
 	forwarded := a.env.fromPeer(to)
 	switch m := req.(type) {
@@ -211,6 +231,10 @@ func (a *groupActor) onStarted(ctx actor.Context) {
 	}
 	a.g.Start(now, &a.fx)
 	a.execute(ctx)
+	if len(a.env.store.ConsumerRecords(a.id)) > 0 {
+		a.track.cause = CauseFailover
+		a.restoreConsumer(ctx)
+	}
 }
 
 // onWake fires every timer whose deadline has passed, earliest first (ties
@@ -245,6 +269,10 @@ func (a *groupActor) onWake(ctx actor.Context) {
 			continue
 		}
 		delete(t.deadlines, f.key)
+		if kind, ok := f.key.ConsumerKind(); ok {
+			a.onConsumerTimer(ctx, kind, f.key.Member)
+			continue
+		}
 		switch f.key.Kind {
 		case coordinator.TimerMember, coordinator.TimerSync:
 			a.track.cause = CauseExpiry
@@ -392,6 +420,7 @@ func (a *groupActor) onStopping(ctx actor.Context) {
 		}
 		a.fx.Reset()
 	}
+	a.unloadConsumer(ctx)
 	if a.env.observer != nil {
 		a.env.observer.forget(a.id)
 	}
@@ -409,6 +438,9 @@ func (a *groupActor) stopTimers() {
 
 func (a *groupActor) publishSummary(ctx actor.Context) {
 	s := groupSummary{id: a.id, state: a.g.State(), protocolType: a.g.ProtocolType()}
+	if cg := a.g.Consumer(); cg != nil && s.state != coordinator.Dead {
+		s.protocolType, s.consumerState = "consumer", cg.State()
+	}
 	if s.state != a.summary.state && a.env.log.Enabled(context.Background(), slog.LevelDebug) {
 		// Every new generation passes through a state change. (Unchecked,
 		// boxing the values would cost allocations on each.)

@@ -53,6 +53,8 @@ type env struct {
 	// after a deactivation (or a quick re-activation) answers
 	// NOT_COORDINATOR instead of from state a newer leader may have changed.
 	serving atomic.Uint64
+	// consumer is what consumer groups (KIP-848) need (consumer.go).
+	consumer consumerEnv
 	// previousAlive is when the coordinator before this activation was last
 	// known alive (nil: unknown); see Service.ActivateAfter.
 	previousAlive atomic.Pointer[time.Time]
@@ -311,7 +313,7 @@ func (r *groupsActor) route(ctx actor.Context, m groupRequest, to coordinator.Re
 	id := m.GetGroupId()
 	pid := r.children[id]
 	if pid == nil {
-		resp, create := coordinator.Absent(&r.env.cfg, m)
+		resp, create := r.absent(m)
 		if !create {
 			if resp != nil {
 				deliver(ctx, to, resp)
@@ -321,6 +323,27 @@ func (r *groupsActor) route(ctx actor.Context, m groupRequest, to coordinator.Re
 		pid = r.spawn(ctx, id)
 	}
 	ctx.Forward(pid)
+}
+
+// absent answers a request for a group that has no actor, or reports that
+// the request creates the group.
+func (r *groupsActor) absent(m groupRequest) (proto.Message, bool) {
+	switch m := m.(type) {
+	case *pb.ConsumerGroupHeartbeatRequest:
+		resp, create := coordinator.ConsumerAbsent(r.env.consumer.cfg, coordinator.ConsumerHeartbeatFromProto(m))
+		if !create {
+			return resp.Proto(), false
+		}
+		if f := r.env.consumer.allowed; f != nil {
+			if err := f(); err != nil {
+				return &pb.ConsumerGroupHeartbeatResponse{ErrorCode: coordinator.ErrUnsupportedVersion, ErrorMessage: err.Error()}, false
+			}
+		}
+		return nil, true
+	case *pb.ConsumerGroupDescribeRequest:
+		return coordinator.ConsumerDescribeAbsent(m.GetGroupId()), false
+	}
+	return coordinator.Absent(&r.env.cfg, m)
 }
 
 func (r *groupsActor) onTerminated(ctx actor.Context, m *actor.Terminated) {
@@ -340,18 +363,21 @@ func (r *groupsActor) onTerminated(ctx actor.Context, m *actor.Terminated) {
 
 func (r *groupsActor) listGroups(req *pb.ListGroupsRequest) *pb.ListGroupsResponse {
 	resp := &pb.ListGroupsResponse{Groups: []*pb.ListedGroup{}}
-	typeOK := len(req.GetTypesFilter()) == 0 || slices.ContainsFunc(req.GetTypesFilter(), func(t string) bool { return strings.EqualFold(t, "classic") })
-	if !typeOK {
-		return resp
+	matches := func(filter []string, v string) bool {
+		return len(filter) == 0 || slices.ContainsFunc(filter, func(f string) bool { return strings.EqualFold(f, v) })
 	}
 	for id, s := range r.summaries {
 		if s.state == coordinator.Dead {
 			continue
 		}
-		if f := req.GetStatesFilter(); len(f) > 0 && !slices.ContainsFunc(f, func(st string) bool { return strings.EqualFold(st, s.state.String()) }) {
+		typ, state := "classic", s.state.String()
+		if s.consumerState != "" {
+			typ, state = "consumer", s.consumerState
+		}
+		if !matches(req.GetTypesFilter(), typ) || !matches(req.GetStatesFilter(), state) {
 			continue
 		}
-		resp.Groups = append(resp.Groups, &pb.ListedGroup{GroupId: id, ProtocolType: s.protocolType, State: s.state.String(), GroupType: "classic"})
+		resp.Groups = append(resp.Groups, &pb.ListedGroup{GroupId: id, ProtocolType: s.protocolType, State: state, GroupType: typ})
 	}
 	slices.SortFunc(resp.Groups, func(a, b *pb.ListedGroup) int { return cmp.Compare(a.GroupId, b.GroupId) })
 	return resp

@@ -52,6 +52,20 @@ type Options struct {
 	// connection may break without this coordinator failing
 	// (coordinator.Group.HeardThroughPeer).
 	Peer func(addr string) bool
+	// Consumer configures consumer groups (KIP-848); nil means
+	// coordinator.DefaultConsumerConfig().
+	Consumer *coordinator.ConsumerConfig
+	// ConsumerGroups, when set, says whether a ConsumerGroupHeartbeat may
+	// create a consumer group now: a non-nil error (the protocol is turned
+	// off, or the cluster's log format does not carry consumer group
+	// records yet) answers it UNSUPPORTED_VERSION with the error's text, on
+	// which clients fall back to the classic protocol. Nil allows it.
+	ConsumerGroups func() error
+	// Topics, when set, returns the topic catalog (topic -> partitions) and
+	// a number that changes whenever it does; consumer groups assign from
+	// it. The map is shared: nobody changes it once returned. Nil is an
+	// empty catalog.
+	Topics func() (version uint64, topics map[string]int32)
 	// Name is the groups actor's name (default RouterName). A node that
 	// holds several shards runs a service per shard, each under its own
 	// name, behind one RouterName actor that routes by shard.
@@ -163,6 +177,14 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 		return nil, err
 	}
 	e := &env{cfg: opts.Config, store: opts.Store, clock: opts.Clock, system: system, log: opts.Logger, directory: newDirectory(), observer: opts.Observer, lease: opts.Lease, peer: opts.Peer, workers: newWorkers(), lifecycle: newLifecycleLimiter()}
+	e.consumer = consumerEnv{cfg: opts.Consumer, allowed: opts.ConsumerGroups, topics: opts.Topics}
+	if e.consumer.cfg == nil {
+		c := coordinator.DefaultConsumerConfig()
+		e.consumer.cfg = &c
+	}
+	if err := e.consumer.cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if e.store == nil {
 		return nil, errors.New("actors: a store is required")
 	}

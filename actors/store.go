@@ -15,6 +15,10 @@ type Store interface {
 	Load(groupID string) (*pb.GroupRecord, []*pb.OffsetRecord, error)
 	// Groups lists every group the store knows, sorted.
 	Groups() ([]string, error)
+	// ConsumerRecords returns a consumer group's records (KIP-848), in an
+	// order coordinator.RestoreConsumerGroup rebuilds the group from; none
+	// for a group that is not a consumer group.
+	ConsumerRecords(groupID string) []*pb.Record
 }
 
 // SessionStore is a Store that also keeps each group's last MemberSessions

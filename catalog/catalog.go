@@ -63,6 +63,8 @@ type Catalog struct {
 	mu      sync.RWMutex
 	topics  map[string]Topic
 	propose Proposer
+	// version counts the changes (under mu).
+	version uint64
 }
 
 // New returns an empty in-memory catalog whose Propose applies directly.
@@ -95,6 +97,7 @@ func (c *Catalog) Apply(cmd Command) error {
 			return fmt.Errorf("%w: %s", ErrTopicExists, cmd.Name)
 		}
 		c.topics[cmd.Name] = Topic(cmd)
+		c.version++
 		return nil
 	case DeleteTopic:
 		c.mu.Lock()
@@ -103,6 +106,7 @@ func (c *Catalog) Apply(cmd Command) error {
 			return fmt.Errorf("%w: %s", ErrUnknownTopic, cmd.Name)
 		}
 		delete(c.topics, cmd.Name)
+		c.version++
 		return nil
 	default:
 		return fmt.Errorf("catalog: unknown command %T", cmd)
@@ -158,7 +162,27 @@ func (c *Catalog) Restore(topics []Topic) {
 	}
 	c.mu.Lock()
 	c.topics = m
+	c.version++
 	c.mu.Unlock()
+}
+
+// Partitions returns every topic's partition count, in a new map, and the
+// catalog's version: a number that changes whenever the catalog does.
+func (c *Catalog) Partitions() (version uint64, partitions map[string]int32) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	partitions = make(map[string]int32, len(c.topics))
+	for name, t := range c.topics {
+		partitions[name] = t.Partitions
+	}
+	return c.version, partitions
+}
+
+// Version is a number that changes whenever the catalog does.
+func (c *Catalog) Version() uint64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.version
 }
 
 // NewTopicID returns a random non-zero topic id.

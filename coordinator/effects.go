@@ -39,6 +39,11 @@ const (
 	TimerOffsetExpiry
 	// TimerSessions is the periodic check for silent members (liveness.go).
 	TimerSessions
+	// TimerConsumerSession and TimerConsumerRebalance are a consumer group
+	// member's timers (ConsumerTimerSession, ConsumerTimerRebalance), kept
+	// by the owner with the classic ones under one key space.
+	TimerConsumerSession
+	TimerConsumerRebalance
 )
 
 func (k TimerKind) String() string {
@@ -53,6 +58,10 @@ func (k TimerKind) String() string {
 		return "offset-expiry"
 	case TimerSessions:
 		return "sessions"
+	case TimerConsumerSession:
+		return "consumer-session"
+	case TimerConsumerRebalance:
+		return "consumer-rebalance"
 	}
 	return "unknown"
 }

@@ -245,6 +245,10 @@ type Group struct {
 	// change; Start rebalances.
 	rebalancePending bool
 
+	// consumer, when set, is the consumer group (KIP-848) this group id is:
+	// it serves the members, this Group keeps the offsets (consumer_host.go).
+	consumer *ConsumerGroup
+
 	members    memberIndex
 	order      []*member // join order; drives leader election and listings
 	static     map[string]string

@@ -225,6 +225,10 @@ func (g *Group) Delete(now time.Time, to ReplyTo, fx *Effects) {
 	case Dead:
 		fx.reply(to, &pb.DeleteGroupResponse{GroupId: g.id, ErrorCode: ErrGroupIDNotFound})
 	case Empty:
+		if g.consumerHeld() {
+			fx.reply(to, &pb.DeleteGroupResponse{GroupId: g.id, ErrorCode: ErrNonEmptyGroup})
+			return
+		}
 		recs := g.offsetTombstones(func(topicPartition) bool { return true })
 		recs = append(recs, &pb.Record{Kind: &pb.Record_GroupTombstone{GroupTombstone: &pb.GroupTombstone{GroupId: g.id}}})
 		clear(g.offsets)

@@ -141,7 +141,10 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 		fx.reply(to, proto.CloneOf(resp))
 		op.reply = nil
 	}
-	if gen := req.GetGenerationId(); gen >= 0 {
+	// A consumer group's member epochs are checked above, against the
+	// machine whose records this node writes: the fence is the classic
+	// generation's.
+	if gen := req.GetGenerationId(); gen >= 0 && g.consumer == nil {
 		op.fence.Generation, op.fence.MemberId = gen, req.GetMemberId()
 		fx.Persists[len(fx.Persists)-1].Fence = &op.fence
 	}
@@ -151,6 +154,9 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 func (g *Group) validateCommit(req *pb.OffsetCommitRequest) int32 {
 	if g.state == Dead {
 		return ErrCoordinatorNotAvailable
+	}
+	if g.consumer != nil {
+		return g.validateConsumerCommit(req)
 	}
 	gen := req.GetGenerationId()
 	switch {
@@ -360,7 +366,7 @@ func (g *Group) offsetTombstones(keep func(topicPartition) bool) []*pb.Record {
 // expireOffsets is the periodic retention check (KIP-211 rules). An Empty
 // group left without offsets dies.
 func (g *Group) expireOffsets(now time.Time, fx *Effects) {
-	if g.state == Dead {
+	if g.state == Dead || g.consumerHeld() {
 		return
 	}
 	nowMs := now.UnixMilli()

@@ -48,6 +48,9 @@ type Config struct {
 	// Kafka configures the Kafka protocol listener.
 	Kafka kafka.Config
 	Group coordinator.Config
+	// Consumer configures consumer groups (KIP-848); zero means Kafka's
+	// defaults.
+	Consumer coordinator.ConsumerConfig
 	// Raft configures replication; Raft.Dir defaults to DataDir/raft.
 	Raft raftfsm.Config
 	// Bootstrap makes this node the first voter of a new cluster. A node with
@@ -123,6 +126,7 @@ func DefaultConfig() Config {
 		RemoteAddr: "127.0.0.1:8090",
 		Kafka:      kafka.DefaultConfig(),
 		Group:      coordinator.DefaultConfig(),
+		Consumer:   coordinator.DefaultConsumerConfig(),
 		Raft:       raftfsm.DefaultConfig(),
 	}
 }
@@ -158,6 +162,11 @@ func (c Config) Validate() error {
 	}
 	if c.Kafka.DefaultPartitions <= 0 {
 		errs = append(errs, fmt.Errorf("default partitions must be positive, got %d", c.Kafka.DefaultPartitions))
+	}
+	if c.Consumer.SessionTimeout != 0 || c.Consumer.HeartbeatInterval != 0 || len(c.Consumer.Assignors) > 0 {
+		if err := c.Consumer.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.Raft.NodeID == "" {
 		errs = append(errs, errors.New("node id must not be empty"))
@@ -215,8 +224,9 @@ type Node struct {
 	remote     *remote.Remote
 	service    *actors.Service // shard 0's, the only one with one shard
 	shards     []*groupShard
-	router     *groupRouter // nil with one shard
-	moving     atomic.Bool  // a shard leadership move is in flight
+	router     *groupRouter               // nil with one shard
+	moving     atomic.Bool                // a shard leadership move is in flight
+	topics     atomic.Pointer[topicsView] // consumer.go
 	metrics    *shardMetrics
 	kafka      *kafka.Listener   // the first of kafkas
 	kafkas     []*kafka.Listener // one per security protocol

@@ -47,7 +47,8 @@ func (n *Node) startShards() error {
 	reps := n.raft.Shards()
 	for k, rep := range reps {
 		gs := &groupShard{n: n, id: k, rep: rep, lease: newLeaderLease(rep.HeartbeatTimeout())}
-		opts := actors.Options{Config: n.cfg.Group, Store: rep.Store, Logger: n.log, Fenced: true, Observer: n.observer, Lease: gs.leaseHeld}
+		opts := actors.Options{Config: n.cfg.Group, Store: rep.Store, Logger: n.log, Fenced: true, Observer: n.observer, Lease: gs.leaseHeld,
+			Consumer: n.consumerConfig(), ConsumerGroups: n.consumerGroupsAllowed(rep), Topics: n.topicPartitions}
 		if len(reps) > 1 {
 			opts.Name = fmt.Sprintf("%s-s%02d", actors.RouterName, k)
 			opts.Logger = n.log.With("shard", k)

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cohort-coord/cohort/assignor"
 	"github.com/cohort-coord/cohort/internal/buildinfo"
 	"github.com/cohort-coord/cohort/kafka"
 	"github.com/cohort-coord/cohort/node"
@@ -106,6 +107,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.BoolVar(&g.OwnershipGuard, "group-ownership-guard", g.OwnershipGuard, "never give a consumer-group member a partition another member has not released yet: withhold it and hand it over in a follow-up rebalance")
 	fs.BoolVar(&g.MixedAssignors, "group-mixed-assignors", g.MixedAssignors, "admit into a consumer group of built-in assignors a member whose assignor list shares none with the group; the coordinator then assigns the group itself (single-bounce assignor changes)")
 	fs.DurationVar(&g.OffsetsRetention, "offsets-retention", g.OffsetsRetention, "how long committed offsets of an empty group are kept (offsets.retention.minutes)")
+	cc := &cfg.Consumer
+	fs.DurationVar(&cc.SessionTimeout, "group-consumer-session-timeout", cc.SessionTimeout, "session timeout of consumer-protocol (KIP-848) members (group.consumer.session.timeout.ms)")
+	fs.DurationVar(&cc.HeartbeatInterval, "group-consumer-heartbeat-interval", cc.HeartbeatInterval, "heartbeat interval given to consumer-protocol members (group.consumer.heartbeat.interval.ms)")
+	fs.IntVar(&cc.MaxSize, "group-consumer-max-size", cc.MaxSize, "most members a consumer-protocol group may have, 0 for no limit (group.consumer.max.size)")
+	fs.Var(serverAssignorsFlag{&cc.Assignors}, "group-consumer-assignors", "server assignors of consumer-protocol groups, the default first: a comma list of uniform and range (group.consumer.assignors)")
 	takeover := !g.DisableTakeoverWindow
 	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")
 	tc := &cfg.TLS
@@ -258,6 +264,33 @@ func (f peerAddrsFlag) Set(v string) error {
 		m[id] = addr
 	}
 	*f.m = m
+	return nil
+}
+
+// serverAssignorsFlag is --group-consumer-assignors: server assignor names.
+type serverAssignorsFlag struct{ l *[]assignor.ServerAssignor }
+
+func (f serverAssignorsFlag) String() string {
+	if f.l == nil {
+		return ""
+	}
+	names := make([]string, len(*f.l))
+	for i, a := range *f.l {
+		names[i] = a.Name()
+	}
+	return strings.Join(names, ",")
+}
+
+func (f serverAssignorsFlag) Set(v string) error {
+	var l []assignor.ServerAssignor
+	for _, name := range strings.Split(v, ",") {
+		a, ok := assignor.ServerAssignorByName(strings.TrimSpace(name))
+		if !ok {
+			return fmt.Errorf("unknown server assignor %q: want uniform or range", name)
+		}
+		l = append(l, a)
+	}
+	*f.l = l
 	return nil
 }
 
