@@ -39,8 +39,11 @@ const (
 )
 
 // cohortFlags848 are the cohortd flags of the "cohort" target beyond the
-// harness's own.
-var cohortFlags848 []string
+// harness's own: the same group timing kfake is given.
+var cohortFlags848 = []string{
+	"--group-consumer-heartbeat-interval", heartbeat848.String(),
+	"--group-consumer-session-timeout", session848.String(),
+}
 
 type target848 struct {
 	name  string
