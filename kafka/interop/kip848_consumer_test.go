@@ -36,7 +36,10 @@ type consumer848 struct {
 	owned map[int32]bool
 
 	fellBack atomic.Bool // kgo fell back to the classic protocol
-	lg       *noteLogger
+	// unreleased counts joins refused with UNRELEASED_INSTANCE_ID (another
+	// member still holds the instance id).
+	unreleased atomic.Int64
+	lg         *noteLogger
 
 	stop     chan struct{}
 	bg       sync.WaitGroup
@@ -290,6 +293,11 @@ func (*noteLogger) Level() kgo.LogLevel { return kgo.LogLevelInfo }
 func (l *noteLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	if strings.Contains(msg, "falling back to standard consumer group management") {
 		l.c.fellBack.Store(true)
+	}
+	for _, v := range keyvals {
+		if err, ok := v.(error); ok && errors.Is(err, kerr.UnreleasedInstanceID) {
+			l.c.unreleased.Add(1)
+		}
 	}
 	keep := level <= kgo.LogLevelWarn || strings.Contains(msg, "heartbeat error") || strings.Contains(msg, "leav")
 	// kgo warns after every commit of offsets it did not consume itself
