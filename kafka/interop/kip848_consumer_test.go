@@ -93,6 +93,7 @@ func startConsumer848(t *testing.T, tg *target848, group, topic, name string, lo
 
 func (c *consumer848) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	begin := c.log.now()
+	c.log.sampleEpoch(c.name, cl.GroupMetadata)
 	member, epoch := cl.GroupMetadata()
 	c.mu.Lock()
 	for _, p := range m[c.topic] {
@@ -106,6 +107,7 @@ func (c *consumer848) onAssigned(_ context.Context, cl *kgo.Client, m map[string
 // work does, then lets them go.
 func (c *consumer848) onRevoked(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	begin := c.log.now()
+	c.log.sampleEpoch(c.name, cl.GroupMetadata)
 	member, epoch := cl.GroupMetadata()
 	ps := m[c.topic]
 	c.mu.Lock()
@@ -125,6 +127,7 @@ func (c *consumer848) onRevoked(_ context.Context, cl *kgo.Client, m map[string]
 // owner already.
 func (c *consumer848) onLost(_ context.Context, cl *kgo.Client, m map[string][]int32) {
 	begin := c.log.now()
+	c.log.sampleEpoch(c.name, cl.GroupMetadata)
 	member, epoch := cl.GroupMetadata()
 	c.mu.Lock()
 	for _, p := range m[c.topic] {
@@ -141,7 +144,6 @@ func (c *consumer848) record(kind ownKind, cause string, ps []int32, member stri
 		evs = append(evs, ownEvent{consumer: c.name, member: member, epoch: epoch, partition: p, kind: kind, cause: cause, begin: begin, end: end})
 	}
 	c.log.add(evs...)
-	c.log.sampleEpoch(c.name, member, epoch)
 }
 
 func (c *consumer848) ownedNow() []int32 {
@@ -170,8 +172,7 @@ func (c *consumer848) sampleEpochs() {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		member, epoch := c.cl.GroupMetadata()
-		c.log.sampleEpoch(c.name, member, epoch)
+		c.log.sampleEpoch(c.name, c.cl.GroupMetadata)
 		select {
 		case <-c.stop:
 			return

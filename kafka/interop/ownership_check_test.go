@@ -118,11 +118,14 @@ func TestOwnershipCheckerProblems(t *testing.T) {
 
 func TestEpochRegressions(t *testing.T) {
 	l := newOwnLog()
-	for _, e := range []int32{1, 1, 3, 0, -1, 3, 4} { // 0 and -1 are not epochs of a member in the group
-		l.sampleEpoch("c", "m1", e)
+	sample := func(consumer, member string, epoch int32) {
+		l.sampleEpoch(consumer, func() (string, int32) { return member, epoch })
 	}
-	l.sampleEpoch("d", "m2", 5)
-	l.sampleEpoch("d", "m2", 2)
+	for _, e := range []int32{1, 1, 3, 0, -1, 3, 4} { // 0 and -1 are not epochs of a member in the group
+		sample("c", "m1", e)
+	}
+	sample("d", "m2", 5)
+	sample("d", "m2", 2)
 	_, epochs := l.snapshot()
 	if len(epochs["m1"]) != 3 {
 		t.Fatalf("m1 samples %v, want 1, 3, 4", epochs["m1"])

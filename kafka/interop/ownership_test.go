@@ -88,16 +88,20 @@ func (l *ownLog) add(evs ...ownEvent) {
 	l.events = append(l.events, evs...)
 }
 
-// sampleEpoch records a member epoch; only positive epochs (a member in
-// the group) count, and a sample equal to the member's last one is kept
-// once.
-func (l *ownLog) sampleEpoch(consumer, member string, epoch int32) {
+// sampleEpoch reads a member epoch through read (a client's
+// GroupMetadata) and records it; only positive epochs (a member in the
+// group) count, and a sample equal to the member's last one is kept once.
+// The read happens under the log's lock, so one client's samples are in the
+// order its epochs were stored: an epoch read earlier and recorded later
+// would look like a regression.
+func (l *ownLog) sampleEpoch(consumer string, read func() (string, int32)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	member, epoch := read()
 	if member == "" || epoch <= 0 {
 		return
 	}
 	at := l.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	s := l.epochs[member]
 	if n := len(s); n > 0 && s[n-1].epoch == epoch && s[n-1].consumer == consumer {
 		return
