@@ -448,14 +448,3 @@ func checkLog(t *testing.T, tg *target848, log *ownLog) {
 	}
 	t.Logf("%s: %d ownership events, %d members sampled, 0 overlaps, no epoch went down", tg.name, len(evs), len(epochs))
 }
-
-var errNotFound = errors.New("not found")
-
-// byInstance returns the partitions of the member with the instance id.
-func (v groupView) byInstance(id string) ([]int32, error) {
-	m, ok := v.static[id]
-	if !ok {
-		return nil, fmt.Errorf("instance %s: %w", id, errNotFound)
-	}
-	return v.members[m], nil
-}

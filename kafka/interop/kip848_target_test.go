@@ -2,6 +2,7 @@ package interop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -149,6 +150,17 @@ type groupView struct {
 	epoch   int32
 	members map[string][]int32 // member id -> partitions of the topic
 	static  map[string]string  // instance id -> member id
+}
+
+var errNotFound = errors.New("not found")
+
+// byInstance returns the partitions of the member with the instance id.
+func (v groupView) byInstance(id string) ([]int32, error) {
+	m, ok := v.static[id]
+	if !ok {
+		return nil, fmt.Errorf("instance %s: %w", id, errNotFound)
+	}
+	return v.members[m], nil
 }
 
 // waitStable848 waits until the group is a consumer group (KIP-848) that
