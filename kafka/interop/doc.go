@@ -3,6 +3,19 @@
 // confluent-kafka-python, kafka-python, kafkajs) run consumer groups against a
 // cohortd process. The package has no non-test code.
 //
+// The KIP-848 scenarios (kip848_test.go) run unmodified kgo consumers in
+// this process with the consumer group protocol (kgo.ServerSideBalancer),
+// once against kfake (the franz-go peer implementation, in process) and once
+// against cohortd, as subtests named after the target, so that a difference
+// shows side by side. The consumers write when they acquire and release
+// each partition to one ownership log (ownership_test.go), whose checker
+// reports any instant at which two consumers held one partition; member
+// epochs must never go down, and every acknowledged commit must be found by
+// OffsetFetch at the end. The cohortd subtests skip only while cohortd does
+// not serve ConsumerGroupHeartbeat v1 (kgo would silently run the classic
+// protocol); a target that lists it and then serves the classic protocol
+// fails them.
+//
 // kafka/interop is a module of its own (it replaces cohort with ../..), so
 // that cohort's go.mod does not require the client libraries; the cohortd it
 // tests is built in the cohort module, with cohort's go.mod.
