@@ -143,9 +143,22 @@ func TestConsumerGroupThroughActor(t *testing.T) {
 		if code := commit("", -1); code != coordinator.ErrUnknownMemberID {
 			t.Fatalf("commit without a member to a group with members: %d, want UNKNOWN_MEMBER_ID", code)
 		}
-		f := ask[*pb.OffsetFetchResponse](t, svc, &pb.OffsetFetchRequest{GroupId: "g", AllTopics: true})
+		f := ask[*pb.OffsetFetchResponse](t, svc, &pb.OffsetFetchRequest{GroupId: "g", AllTopics: true, MemberEpoch: -1})
 		if len(f.Topics) != 1 || f.Topics[0].Partitions[0].Offset != 42 {
 			t.Fatalf("offsets: %v", f)
+		}
+		// OffsetFetch v9 names the member: checked against its epoch.
+		fetch := func(member string, epoch int32) int32 {
+			return ask[*pb.OffsetFetchResponse](t, svc, &pb.OffsetFetchRequest{GroupId: "g", AllTopics: true, MemberId: &member, MemberEpoch: epoch}).ErrorCode
+		}
+		if code := fetch(a.id, a.epoch); code != coordinator.ErrNone {
+			t.Fatalf("fetch at the member epoch: %d", code)
+		}
+		if code := fetch(a.id, a.epoch-1); code != coordinator.ErrStaleMemberEpoch {
+			t.Fatalf("fetch at an older epoch: %d, want STALE_MEMBER_EPOCH", code)
+		}
+		if code := fetch("nobody", 1); code != coordinator.ErrUnknownMemberID {
+			t.Fatalf("fetch by an unknown member: %d, want UNKNOWN_MEMBER_ID", code)
 		}
 
 		l := ask[*pb.ListGroupsResponse](t, svc, &pb.ListGroupsRequest{TypesFilter: []string{"consumer"}})

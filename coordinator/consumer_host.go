@@ -101,6 +101,27 @@ func (g *Group) validateConsumerCommit(req *pb.OffsetCommitRequest) int32 {
 	return ErrNone
 }
 
+// validateConsumerFetch checks an OffsetFetch v9+ that names a member of a
+// consumer group (Kafka's ConsumerGroup.validateOffsetFetch): the member
+// must exist (UNKNOWN_MEMBER_ID) and the epoch be its current one
+// (STALE_MEMBER_EPOCH); a fetch without a member and with a negative epoch
+// (an admin's, or an older version's) is not checked, nor is any fetch of a
+// classic group.
+func (g *Group) validateConsumerFetch(req *pb.OffsetFetchRequest) int32 {
+	c := g.consumer
+	if c == nil || (req.MemberId == nil && req.GetMemberEpoch() < 0) {
+		return ErrNone
+	}
+	m := c.members[req.GetMemberId()]
+	if m == nil {
+		return ErrUnknownMemberID
+	}
+	if req.GetMemberEpoch() != m.epoch {
+		return ErrStaleMemberEpoch
+	}
+	return ErrNone
+}
+
 // ConsumerAbsent answers a ConsumerGroupHeartbeat for a group id that has no
 // group: a valid join (epoch 0) creates the group (create true, no answer);
 // anything else is answered as a group that does not exist answers it.

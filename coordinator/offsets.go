@@ -256,6 +256,9 @@ func (g *Group) Fetch(req *pb.OffsetFetchRequest) *pb.OffsetFetchResponse {
 	if g.state == Dead {
 		return AbsentFetch(req)
 	}
+	if code := g.validateConsumerFetch(req); code != ErrNone {
+		return &pb.OffsetFetchResponse{ErrorCode: code}
+	}
 	resp := &pb.OffsetFetchResponse{}
 	var unstable map[topicPartition]bool
 	if req.GetRequireStable() {

@@ -249,7 +249,10 @@ func (l *Listener) offsetFetch(ctx context.Context, r *request, req *kmsg.Offset
 				resp.Groups[i] = rg
 				return
 			}
-			n := &grouppb.OffsetFetchRequest{GroupId: g.Group, AllTopics: g.Topics == nil, RequireStable: req.RequireStable}
+			n := &grouppb.OffsetFetchRequest{GroupId: g.Group, AllTopics: g.Topics == nil, RequireStable: req.RequireStable, MemberEpoch: -1}
+			if r.version >= 9 {
+				n.MemberId, n.MemberEpoch = g.MemberID, g.MemberEpoch
+			}
 			for _, t := range g.Topics {
 				n.Topics = append(n.Topics, &grouppb.TopicPartitions{Name: t.Topic, Partitions: t.Partitions})
 			}
@@ -271,7 +274,7 @@ func (l *Listener) offsetFetch(ctx context.Context, r *request, req *kmsg.Offset
 		return resp
 	}
 	all := r.version >= 2 && req.Topics == nil
-	n := &grouppb.OffsetFetchRequest{GroupId: req.Group, AllTopics: all}
+	n := &grouppb.OffsetFetchRequest{GroupId: req.Group, AllTopics: all, MemberEpoch: -1}
 	if r.version >= 7 {
 		n.RequireStable = req.RequireStable
 	}

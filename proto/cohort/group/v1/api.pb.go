@@ -1344,6 +1344,10 @@ type OffsetFetchRequest struct {
 	AllTopics     bool               `protobuf:"varint,2,opt,name=all_topics,json=allTopics,proto3" json:"all_topics,omitempty"`
 	Topics        []*TopicPartitions `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
 	RequireStable bool               `protobuf:"varint,4,opt,name=require_stable,json=requireStable,proto3" json:"require_stable,omitempty"`
+	// OffsetFetch v9+: the consumer-protocol member that fetches, and its
+	// member epoch (-1 and no member: an admin fetch, not checked).
+	MemberId      *string `protobuf:"bytes,5,opt,name=member_id,json=memberId,proto3,oneof" json:"member_id,omitempty"`
+	MemberEpoch   int32   `protobuf:"varint,6,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1404,6 +1408,20 @@ func (x *OffsetFetchRequest) GetRequireStable() bool {
 		return x.RequireStable
 	}
 	return false
+}
+
+func (x *OffsetFetchRequest) GetMemberId() string {
+	if x != nil && x.MemberId != nil {
+		return *x.MemberId
+	}
+	return ""
+}
+
+func (x *OffsetFetchRequest) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
 }
 
 type OffsetFetchPartition struct {
@@ -3005,13 +3023,17 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\x05R\n" +
-	"partitions\"\xaf\x01\n" +
+	"partitions\"\x82\x02\n" +
 	"\x12OffsetFetchRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1d\n" +
 	"\n" +
 	"all_topics\x18\x02 \x01(\bR\tallTopics\x128\n" +
 	"\x06topics\x18\x03 \x03(\v2 .cohort.group.v1.TopicPartitionsR\x06topics\x12%\n" +
-	"\x0erequire_stable\x18\x04 \x01(\bR\rrequireStable\"\xaa\x01\n" +
+	"\x0erequire_stable\x18\x04 \x01(\bR\rrequireStable\x12 \n" +
+	"\tmember_id\x18\x05 \x01(\tH\x00R\bmemberId\x88\x01\x01\x12!\n" +
+	"\fmember_epoch\x18\x06 \x01(\x05R\vmemberEpochB\f\n" +
+	"\n" +
+	"_member_id\"\xaa\x01\n" +
 	"\x14OffsetFetchPartition\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12!\n" +
@@ -3262,6 +3284,7 @@ func file_cohort_group_v1_api_proto_init() {
 	file_cohort_group_v1_api_proto_msgTypes[11].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[13].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[15].OneofWrappers = []any{}
+	file_cohort_group_v1_api_proto_msgTypes[20].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[40].OneofWrappers = []any{}
