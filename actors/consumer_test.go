@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cohort-coord/cohort/coordinator"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
@@ -276,4 +278,74 @@ func TestConsumerGroupFailedWriteRebuilds(t *testing.T) {
 			t.Fatalf("after retrying: a %d %v, b %d %v", a.epoch, a.owned, b.epoch, b.owned)
 		}
 	})
+}
+
+// What operators see of a consumer group: its type, epochs and state; one
+// history entry per group epoch that reached Stable, with who joined and
+// which partitions moved; members with their epochs, reconciliation state
+// and targets; and the consumer group gauge.
+func TestConsumerGroupObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		obs := NewObserver(reg)
+		system := actor.NewActorSystem(quietLogs())
+		topics := map[string]int32{"t": 6}
+		svc, err := Start(system, Options{Config: testConfig(), Store: raftfsm.NewMemoryStore(), Logger: quietLogger(), Observer: obs,
+			Topics: func() (uint64, map[string]int32) { return 1, topics }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer system.Shutdown()
+		defer svc.Stop()
+		a, b := &consumerMember{id: "member-a"}, &consumerMember{id: "member-b"}
+		a.beat(t, svc, "g")
+		converge(t, svc, "g", []*consumerMember{a, b})
+		views := obs.Groups()
+		if len(views) != 1 || views[0].Type != "consumer" || views[0].State != "Stable" || views[0].Generation != 2 || views[0].AssignmentEpoch != 2 || views[0].MemberCount != 2 {
+			t.Fatalf("views: %+v", views)
+		}
+		h := views[0].History
+		if len(h) != 1 || h[0].Generation != 2 || h[0].Cause != CauseJoin || !slices.Equal(h[0].Joined, []string{"member-b"}) || len(h[0].Moved) != 3 {
+			t.Fatalf("history: %+v", h)
+		}
+		for _, mv := range h[0].Moved {
+			if mv.From != "member-a" || mv.To != "member-b" {
+				t.Fatalf("move %+v", mv)
+			}
+		}
+		v, ok := obs.Group("g")
+		if !ok || len(v.Members) != 2 {
+			t.Fatalf("group view: %+v", v)
+		}
+		for _, m := range v.Members {
+			if m.MemberEpoch != 2 || m.Reconciliation != "STABLE" || len(m.Target["t"]) != 3 || !slices.Equal(m.Assignment()["t"], m.Target["t"]) {
+				t.Fatalf("member view %+v (holds %v)", m, m.Assignment())
+			}
+		}
+		if got := testutil.ToFloat64(mustGauge(t, reg, "cohort_consumer_groups", "Stable")); got != 1 {
+			t.Fatalf("cohort_consumer_groups{state=Stable} = %v", got)
+		}
+	})
+}
+
+// mustGauge returns the collector of one labelled sample of a gathered
+// metric, as testutil reads it.
+func mustGauge(t *testing.T, reg *prometheus.Registry, name, state string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == state {
+				return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, m.GetGauge().GetValue)
+			}
+		}
+	}
+	t.Fatalf("no %s{state=%q}", name, state)
+	return nil
 }

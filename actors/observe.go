@@ -38,6 +38,8 @@ type Observer struct {
 	// cannot be had); Start sets it to go through the Service the Observer
 	// was given to. Unset, views have no members.
 	describe func(id string) *pb.DescribeGroupResponse
+	// describeConsumer is describe for consumer groups (KIP-848).
+	describeConsumer func(id string) *pb.ConsumerGroupDescribeResponse
 
 	rebalances  *prometheus.CounterVec
 	durations   *prometheus.HistogramVec
@@ -48,11 +50,17 @@ type Observer struct {
 
 // GroupView is one group as the status page shows it.
 type GroupView struct {
-	ID           string
+	ID string
+	// Type is "classic", or "consumer" for a group of the consumer group
+	// protocol (KIP-848), whose Generation is its group epoch and whose
+	// Protocol is its server assignor.
+	Type         string
 	State        string
 	ProtocolType string
 	Protocol     string
 	Generation   int32
+	// AssignmentEpoch is a consumer group's target assignment epoch.
+	AssignmentEpoch int32
 	// MemberCount is the number of members now.
 	MemberCount int
 	// Members is filled on read: Observer.Group asks the group itself for
@@ -74,6 +82,12 @@ type MemberView struct {
 	// coordinator holds it (shared, never changed in place); nil for other
 	// protocols. It is decoded only when asked for.
 	assignment []byte
+	// A consumer group member's epoch, its reconciliation state (STABLE,
+	// UNREVOKED_PARTITIONS, UNRELEASED_PARTITIONS) and what it is to hold
+	// (topic to sorted partitions).
+	MemberEpoch    int32
+	Reconciliation string
+	Target         map[string][]int32
 }
 
 // Assignment is the decoded consumer-protocol assignment, topic to sorted
@@ -172,8 +186,9 @@ func (o *Observer) Groups() []GroupView {
 // the group for.
 func (o *Observer) Group(id string) (GroupView, bool) {
 	o.mu.Lock()
-	_, ok := o.groups[id]
-	describe := o.describe
+	view, ok := o.groups[id]
+	consumer := ok && view.Type == "consumer"
+	describe, describeConsumer := o.describe, o.describeConsumer
 	o.mu.Unlock()
 	if !ok {
 		return GroupView{}, false
@@ -181,7 +196,10 @@ func (o *Observer) Group(id string) (GroupView, bool) {
 	// Not under the lock: the group actor may run on this goroutine and
 	// take it to update its view.
 	var members []MemberView
-	if describe != nil {
+	switch {
+	case consumer && describeConsumer != nil:
+		members = consumerMembersOf(describeConsumer(id))
+	case !consumer && describe != nil:
 		members = membersOf(describe(id))
 	}
 	// The view is read after the answer, so it has caught up with every
@@ -205,6 +223,13 @@ func (o *Observer) DescribeWith(describe func(id string) *pb.DescribeGroupRespon
 	o.mu.Unlock()
 }
 
+// DescribeConsumerWith is DescribeWith for consumer groups (KIP-848).
+func (o *Observer) DescribeConsumerWith(describe func(id string) *pb.ConsumerGroupDescribeResponse) {
+	o.mu.Lock()
+	o.describeConsumer = describe
+	o.mu.Unlock()
+}
+
 func (o *Observer) forget(id string) {
 	o.mu.Lock()
 	delete(o.groups, id)
@@ -217,11 +242,15 @@ type groupCollector struct{ o *Observer }
 var (
 	groupsDesc  = prometheus.NewDesc("cohort_groups", "Groups this node coordinates, by state and protocol type.", []string{"state", "protocol_type"}, nil)
 	membersDesc = prometheus.NewDesc("cohort_group_members", "Members of the groups this node coordinates.", nil, nil)
+	// Consumer groups (KIP-848) are counted apart: their states are not the
+	// classic ones.
+	consumerGroupsDesc = prometheus.NewDesc("cohort_consumer_groups", "Consumer-protocol (KIP-848) groups this node coordinates, by state.", []string{"state"}, nil)
 )
 
 func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- groupsDesc
 	ch <- membersDesc
+	ch <- consumerGroupsDesc
 }
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
@@ -231,15 +260,23 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range []coordinator.State{coordinator.Empty, coordinator.PreparingRebalance, coordinator.CompletingRebalance, coordinator.Stable} {
 		counts[key{s.String(), "consumer"}] = 0
 	}
+	consumers := map[string]int{consumerEmpty: 0, "Assigning": 0, "Reconciling": 0, consumerStable: 0}
 	members := 0
 	c.o.mu.Lock()
 	for _, g := range c.o.groups {
-		counts[key{g.State, g.ProtocolType}]++
+		if g.Type == "consumer" {
+			consumers[g.State]++
+		} else {
+			counts[key{g.State, g.ProtocolType}]++
+		}
 		members += g.MemberCount
 	}
 	c.o.mu.Unlock()
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(groupsDesc, prometheus.GaugeValue, float64(n), k.state, k.protocolType)
+	}
+	for state, n := range consumers {
+		ch <- prometheus.MustNewConstMetric(consumerGroupsDesc, prometheus.GaugeValue, float64(n), state)
 	}
 	ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(members))
 }

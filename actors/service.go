@@ -208,6 +208,7 @@ func Start(system *actor.ActorSystem, opts Options) (*Service, error) {
 	svc.lost = system.EventStream.Subscribe(svc.rescueLost)
 	if opts.Observer != nil {
 		opts.Observer.DescribeWith(svc.Describe)
+		opts.Observer.DescribeConsumerWith(svc.DescribeConsumer)
 	}
 	return svc, nil
 }
@@ -242,6 +243,18 @@ const describeTimeout = 5 * time.Second
 func (s *Service) Describe(id string) *pb.DescribeGroupResponse {
 	res, err := s.CallWithin(context.Background(), &pb.DescribeGroupRequest{GroupId: id}, describeTimeout)
 	d, ok := res.(*pb.DescribeGroupResponse)
+	if err != nil || !ok || d.GetErrorCode() != coordinator.ErrNone {
+		return nil
+	}
+	return d
+}
+
+// DescribeConsumer asks a consumer group for its ConsumerGroupDescribe
+// answer; nil when none came in time or no consumer group of that id is
+// coordinated here.
+func (s *Service) DescribeConsumer(id string) *pb.ConsumerGroupDescribeResponse {
+	res, err := s.CallWithin(context.Background(), &pb.ConsumerGroupDescribeRequest{GroupId: id}, describeTimeout)
+	d, ok := res.(*pb.ConsumerGroupDescribeResponse)
 	if err != nil || !ok || d.GetErrorCode() != coordinator.ErrNone {
 		return nil
 	}

@@ -11,10 +11,13 @@ import (
 
 // tracker is a group actor's record of what it last told the Observer.
 type tracker struct {
-	seen       bool // the Observer has a view of the group
-	state      coordinator.State
-	generation int32
-	members    int
+	seen  bool // the Observer has a view of the group
+	state coordinator.State
+	// consumerState is a consumer group's state (generation is then its
+	// group epoch).
+	consumerState string
+	generation    int32
+	members       int
 	// cause is why the input being handled may start a rebalance.
 	cause string
 	// The rebalance in progress: when it started and why.
@@ -46,6 +49,8 @@ func causeOf(g *coordinator.Group, req any) string {
 		return CauseJoin
 	case *pb.LeaveGroupRequest:
 		return CauseLeave
+	case *pb.ConsumerGroupHeartbeatRequest:
+		return consumerCause(m)
 	}
 	return CauseEnforced
 }
@@ -99,6 +104,10 @@ func (a *groupActor) publishView() {
 	if o == nil || a.g == nil {
 		return
 	}
+	if cg := a.g.Consumer(); cg != nil && a.g.State() != coordinator.Dead {
+		a.publishConsumerView(cg)
+		return
+	}
 	t := &a.track
 	st, gen, n := a.g.State(), a.g.Generation(), a.g.NumMembers()
 	if t.seen && st == t.state && gen == t.generation && n == t.members {
@@ -130,7 +139,7 @@ func (a *groupActor) publishView() {
 		o.mu.Unlock()
 		return
 	}
-	view := GroupView{MemberCount: n, ID: a.id, State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: a.g.ProtocolName(), Generation: gen}
+	view := GroupView{MemberCount: n, ID: a.id, Type: "classic", State: st.String(), ProtocolType: a.g.ProtocolType(), Protocol: a.g.ProtocolName(), Generation: gen}
 	var done *Rebalance
 	if t.rebalancing && (st == coordinator.Stable || st == coordinator.Empty) {
 		t.rebalancing = false

@@ -28,9 +28,10 @@
 //     -2 takes its place, assignment included, without an epoch bump when
 //     the subscription is the same. A static member rejoining at 0 with its
 //     own id is handled in place (apache/kafka#23542). A -2 without an
-//     instance id is INVALID_REQUEST, as in Kafka; franz-go v1.22.3 sends
-//     exactly that, so its static member stays until its session timeout
-//     (kfake accepts it; the wire layer may choose to).
+//     instance id is the static leave of the member it names when that
+//     member is static (franz-go v1.22.3 leaves that way; Kafka answers
+//     INVALID_REQUEST, and the kgo member could not restart within its
+//     session), and INVALID_REQUEST otherwise, as in Kafka.
 //   - A new member, a removed member, a changed subscription (names, regex,
 //     preferred assignor) or a change of the subscribed topics in the
 //     catalog bumps the group epoch; the target assignment is computed at

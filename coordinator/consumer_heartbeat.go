@@ -55,9 +55,10 @@ func (g *ConsumerGroup) validate(req *ConsumerHeartbeatRequest) (int32, string) 
 			return ErrInvalidRequest, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
 		}
 	}
-	if e == EpochStaticLeave && req.InstanceID == nil {
-		return ErrInvalidRequest, "InstanceId can't be null."
-	}
+	// A -2 without an instance id is INVALID_REQUEST in Kafka; it is taken
+	// here when the member it names is static (leave), as franz-go sends
+	// it that way and its static members could not otherwise restart
+	// within their session.
 	if e < EpochStaticLeave {
 		return ErrInvalidRequest, "MemberEpoch is invalid."
 	}
@@ -81,7 +82,11 @@ func (g *ConsumerGroup) leave(req *ConsumerHeartbeatRequest, fx *ConsumerEffects
 		return consumerError(ErrGroupIDNotFound, "Group "+req.GroupID+" not found.")
 	}
 	var m *consumerMember
-	if req.InstanceID != nil {
+	if req.MemberEpoch == EpochStaticLeave && req.InstanceID == nil {
+		if m = g.members[req.MemberID]; m == nil || m.instanceID == "" {
+			return consumerError(ErrInvalidRequest, "InstanceId can't be null.")
+		}
+	} else if req.InstanceID != nil {
 		id, ok := g.static[*req.InstanceID]
 		if !ok {
 			return consumerError(ErrUnknownMemberID, "Instance id "+*req.InstanceID+" is unknown.")

@@ -51,7 +51,7 @@ func TestConsumerHeartbeatErrors(t *testing.T) {
 		{"join owning partitions", mod(func(r *ConsumerHeartbeatRequest) { r.Topics = tps("t", 0) }), ErrInvalidRequest},
 		{"join without subscription", mod(func(r *ConsumerHeartbeatRequest) { r.SubscribedTopicNames = nil }), ErrInvalidRequest},
 		{"join to nothing is fine", mod(func(r *ConsumerHeartbeatRequest) { r.SubscribedTopicNames = []string{} }), ErrNone},
-		{"static leave without instance", mod(func(r *ConsumerHeartbeatRequest) { r.MemberID, r.MemberEpoch = "s", -2 }), ErrInvalidRequest},
+		{"dynamic member's -2 without instance", mod(func(r *ConsumerHeartbeatRequest) { r.MemberID, r.MemberEpoch = "a", -2 }), ErrInvalidRequest},
 		{"epoch -3", mod(func(r *ConsumerHeartbeatRequest) { r.MemberEpoch = -3 }), ErrInvalidRequest},
 		{"unknown assignor", mod(func(r *ConsumerHeartbeatRequest) { r.ServerAssignor = strp("sticky") }), ErrUnsupportedAssignor},
 		{"range is known", mod(func(r *ConsumerHeartbeatRequest) { r.ServerAssignor = strp("range") }), ErrNone},
@@ -349,4 +349,29 @@ func TestConsumerRangeCoPartitions(t *testing.T) {
 			t.Errorf("%s holds %s, want %s", id, got, want)
 		}
 	}
+}
+
+// franz-go leaves a static member with -2 but without its instance id:
+// taken as that member's static leave (Kafka answers INVALID_REQUEST, so a
+// kgo static member could not restart within its session), while a -2
+// without an instance id from a dynamic member stays INVALID_REQUEST.
+func TestConsumerStaticLeaveWithoutInstanceID(t *testing.T) {
+	h := newCGHarness(t, map[string]int32{"t": 2})
+	static := cgJoin("a1", "t")
+	static.InstanceID = strp("i-a")
+	h.hb(static)
+	h.hb(cgJoin("d", "t"))
+	h.hb(cgBeat("a1", 1, tps("t", 0, 1)))
+	h.hb(cgBeat("d", 2, tps()))
+	h.hb(cgBeat("a1", 2, h.member("a1").Assigned))
+	epoch, has := h.g.Epoch(), h.member("a1").Assigned
+	wantResp(t, h.hb(cgBeat("d", EpochStaticLeave, nil)), ErrInvalidRequest, 0, nil)
+	wantResp(t, h.hb(cgBeat("a1", EpochStaticLeave, nil)), ErrNone, EpochStaticLeave, nil)
+	if h.g.Epoch() != epoch || h.member("a1").MemberEpoch != EpochStaticLeave {
+		t.Fatalf("static leave without instance id: epoch %d, member epoch %d", h.g.Epoch(), h.member("a1").MemberEpoch)
+	}
+	// The restarted client takes its place back with the same partitions.
+	again := cgJoin("a2", "t")
+	again.InstanceID = strp("i-a")
+	wantResp(t, h.hb(again), ErrNone, epoch, has)
 }

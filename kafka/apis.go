@@ -55,6 +55,9 @@ func (l *Listener) apiTable() (map[int16]apiSpec, []apiVersion) {
 		kmsg.DeleteACLs.Int16():                   {0, 3, handle(l.deleteACLs)},
 		kmsg.DescribeUserSCRAMCredentials.Int16(): {0, 0, handle(l.describeUserScram)},
 		kmsg.AlterUserSCRAMCredentials.Int16():    {0, 0, handle(l.alterUserScram)},
+		// Listed whether or not Config.ConsumerProtocol is on (consumer.go).
+		kmsg.ConsumerGroupHeartbeat.Int16(): {0, 1, handle(l.consumerGroupHeartbeat)},
+		kmsg.ConsumerGroupDescribe.Int16():  {0, 1, handle(l.consumerGroupDescribe)},
 	}
 	var vs []apiVersion
 	for k, s := range m {

@@ -162,6 +162,17 @@ func sampleRequest(key, v int16) kmsg.Request {
 		return kmsg.NewPtrDescribeUserSCRAMCredentialsRequest()
 	case 51:
 		return kmsg.NewPtrAlterUserSCRAMCredentialsRequest()
+	case 68:
+		// A join: a member id (required from v1), epoch 0, a rebalance
+		// timeout, a subscription and no owned partitions.
+		r := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		r.Group, r.MemberID, r.RebalanceTimeoutMillis = "g", "m-1", 60000
+		r.SubscribedTopicNames, r.Topics = []string{"t"}, []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		return r
+	case 69:
+		r := kmsg.NewPtrConsumerGroupDescribeRequest()
+		r.Groups = []string{"g"}
+		return r
 	case 47:
 		r := kmsg.NewPtrOffsetDeleteRequest()
 		r.Group = "g"
@@ -174,13 +185,16 @@ func sampleRequest(key, v int16) kmsg.Request {
 	return nil
 }
 
+// advertisedAPIs is how many API keys ApiVersions lists.
+const advertisedAPIs = 27
+
 // TestWalkAdvertisedVersions sends every API at every version ApiVersions
 // advertises and decodes the answer with kmsg at that version.
 func TestWalkAdvertisedVersions(t *testing.T) {
 	s := startServer(t, nil, nil)
 	c := dial(t, s.l.Addr())
 	av := c.do(&kmsg.ApiVersionsRequest{Version: 3}).(*kmsg.ApiVersionsResponse)
-	if av.ErrorCode != 0 || len(av.ApiKeys) != 25 {
+	if av.ErrorCode != 0 || len(av.ApiKeys) != advertisedAPIs {
 		t.Fatalf("ApiVersions: error %d, %d keys", av.ErrorCode, len(av.ApiKeys))
 	}
 	walked := 0
@@ -281,7 +295,7 @@ func checkAnswer(t *testing.T, key, v int16, resp kmsg.Response) {
 			fail("%+v", r.Groups)
 		}
 	case *kmsg.ApiVersionsResponse:
-		if r.ErrorCode != 0 || len(r.ApiKeys) != 25 {
+		if r.ErrorCode != 0 || len(r.ApiKeys) != advertisedAPIs {
 			fail("%d keys", len(r.ApiKeys))
 		}
 	case *kmsg.CreateTopicsResponse:
@@ -299,6 +313,20 @@ func checkAnswer(t *testing.T, key, v int16, resp kmsg.Response) {
 	case *kmsg.OffsetDeleteResponse:
 		if r.ErrorCode != 0 || r.Topics[0].Partitions[0].ErrorCode != 0 {
 			fail("%+v", r)
+		}
+	case *kmsg.ConsumerGroupHeartbeatResponse:
+		if r.ErrorCode != 0 || r.MemberID == nil || *r.MemberID != "m-1" || r.MemberEpoch != 1 || r.Assignment == nil ||
+			len(r.Assignment.Topics) != 1 || r.Assignment.Topics[0].TopicID == ([16]byte{}) {
+			fail("%+v", r)
+		}
+	case *kmsg.ConsumerGroupDescribeResponse:
+		wantType := int8(-1)
+		if v >= 1 {
+			wantType = 1
+		}
+		if len(r.Groups) != 1 || r.Groups[0].ErrorCode != 0 || r.Groups[0].State != "Stable" || len(r.Groups[0].Members) != 1 ||
+			r.Groups[0].Members[0].MemberType != wantType {
+			fail("%+v", r.Groups)
 		}
 	// Without SASL and an authorizer the security APIs refuse, as Kafka's do.
 	case *kmsg.SASLHandshakeResponse:
@@ -344,7 +372,7 @@ func TestApiVersionsUnsupportedVersionFallsBackToV0(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := resp.(*kmsg.ApiVersionsResponse)
-	if r.ErrorCode != kerr.UnsupportedVersion.Code || len(r.ApiKeys) != 25 {
+	if r.ErrorCode != kerr.UnsupportedVersion.Code || len(r.ApiKeys) != advertisedAPIs {
 		t.Fatalf("error %d, %d keys", r.ErrorCode, len(r.ApiKeys))
 	}
 	// The connection stays usable.

@@ -140,6 +140,18 @@ func emptyAnswer(req proto.Message) proto.Message {
 		return &grouppb.ListGroupsResponse{Groups: []*grouppb.ListedGroup{{GroupId: "g", ProtocolType: "consumer", State: "Stable", GroupType: "classic"}}}
 	case *grouppb.DeleteGroupRequest:
 		return &grouppb.DeleteGroupResponse{GroupId: r.GroupId}
+	case *grouppb.ConsumerGroupHeartbeatRequest:
+		// Epoch 1, and every subscribed topic's partition 0.
+		out := &grouppb.ConsumerGroupHeartbeatResponse{MemberId: r.MemberId, MemberEpoch: 1, HeartbeatIntervalMs: 5000, HasAssignment: true}
+		for _, name := range r.SubscribedTopicNames {
+			out.Assignment = append(out.Assignment, &grouppb.TopicPartitions{Name: name, Partitions: []int32{0}})
+		}
+		return out
+	case *grouppb.ConsumerGroupDescribeRequest:
+		return &grouppb.ConsumerGroupDescribeResponse{GroupId: r.GroupId, State: "Stable", GroupEpoch: 2, AssignmentEpoch: 2, AssignorName: "uniform",
+			Members: []*grouppb.ConsumerGroupDescribedMember{{MemberId: "m-1", MemberEpoch: 2, ClientId: "c", ClientHost: "/127.0.0.1",
+				SubscribedTopicNames: []string{"t"}, Assignment: []*grouppb.TopicPartitions{{Name: "t", Partitions: []int32{0, 1}}},
+				TargetAssignment: []*grouppb.TopicPartitions{{Name: "t", Partitions: []int32{0}}}}}}
 	}
 	panic(fmt.Sprintf("fake: unexpected %T", req))
 }

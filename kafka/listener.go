@@ -133,6 +133,13 @@ type Config struct {
 	// that the coordinator enforces exclusive partition ownership in consumer
 	// groups (FeatureExclusiveOwnership): the group ownership guard is on.
 	ExclusiveOwnership bool
+	// ConsumerProtocol serves the consumer group protocol of KIP-848
+	// (ConsumerGroupHeartbeat, ConsumerGroupDescribe; Kafka's
+	// group.coordinator.rebalance.protocols listing "consumer"). Off, the two
+	// APIs stay listed in ApiVersions and every request is answered
+	// UNSUPPORTED_VERSION, as Kafka does: clients fall back to the classic
+	// protocol. DefaultConfig turns it on; a zero Config has it off.
+	ConsumerProtocol bool
 	// TLS, when set, makes the listener speak TLS: every accepted
 	// connection completes a handshake with this configuration (within
 	// TLSHandshakeTimeout) before its first request is read; a client that
@@ -166,9 +173,9 @@ const MetadataCatchUpWait = 11 * time.Second
 const FeatureExclusiveOwnership = coordinator.FeatureExclusiveOwnership
 
 // DefaultConfig returns the defaults: 127.0.0.1:9092, 100 MiB requests,
-// auto-created topics with 1 partition.
+// auto-created topics with 1 partition, the consumer group protocol on.
 func DefaultConfig() Config {
-	return Config{Addr: "127.0.0.1:9092", MaxRequestBytes: defaultMaxRequestBytes, AutoCreateTopics: true, DefaultPartitions: 1}
+	return Config{Addr: "127.0.0.1:9092", MaxRequestBytes: defaultMaxRequestBytes, AutoCreateTopics: true, DefaultPartitions: 1, ConsumerProtocol: true}
 }
 
 // Broker is a node as Kafka clients see it.

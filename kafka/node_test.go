@@ -64,8 +64,11 @@ func TestWalkAgainstNode(t *testing.T) {
 		for v := k.MinVersion; v <= k.MaxVersion; v++ {
 			req := kafka.SampleRequest(k.ApiKey, v)
 			req.SetVersion(v)
-			if j, ok := req.(*kmsg.JoinGroupRequest); ok {
-				j.Group = fmt.Sprintf("walk-join-%d", v) // a fresh group: the join completes at once
+			switch r := req.(type) {
+			case *kmsg.JoinGroupRequest:
+				r.Group = fmt.Sprintf("walk-join-%d", v) // a fresh group: the join completes at once
+			case *kmsg.ConsumerGroupHeartbeatRequest:
+				r.Group = fmt.Sprintf("walk-consumer-%d", v) // a consumer group, not the classic "g"
 			}
 			resp := do(req)
 			for _, code := range errorCodes(reflect.ValueOf(resp)) {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cohort-coord/cohort/coordinator"
@@ -25,6 +26,9 @@ func (n *Node) consumerConfig() *coordinator.ConsumerConfig {
 // member). Clients told so fall back to the classic protocol.
 func (n *Node) consumerGroupsAllowed(rep *raftfsm.Replica) func() error {
 	return func() error {
+		if !n.cfg.Kafka.ConsumerProtocol {
+			return errors.New("the consumer group protocol is turned off (--group-coordinator-rebalance-protocols classic)")
+		}
 		if f := rep.FSM.LogFormat(); f < raftfsm.LogFormatConsumer {
 			return fmt.Errorf("the consumer group protocol is not available yet: the cluster's log format is %d, and consumer groups need %d, which the cluster reaches once every node runs a version that applies it.", f, raftfsm.LogFormatConsumer)
 		}

@@ -80,6 +80,11 @@ func (r *groupRouter) CoordinatingGroup(id string) bool { return r.of(id).svc.Co
 // Describe is actors.Service.Describe routed by shard.
 func (r *groupRouter) Describe(id string) *pb.DescribeGroupResponse { return r.of(id).svc.Describe(id) }
 
+// DescribeConsumer describes a consumer group through its shard's service.
+func (r *groupRouter) DescribeConsumer(id string) *pb.ConsumerGroupDescribeResponse {
+	return r.of(id).svc.DescribeConsumer(id)
+}
+
 // listGroups answers ListGroups with the groups of every shard this node
 // coordinates. Like Kafka's, the list is per node: clients ask every node.
 // A shard that is changing hands here (this node leads it but has not

@@ -67,6 +67,7 @@ func (n *Node) startShards() error {
 		n.router = &groupRouter{n: n, shards: n.shards}
 		if n.observer != nil {
 			n.observer.DescribeWith(n.router.Describe)
+			n.observer.DescribeConsumerWith(n.router.DescribeConsumer)
 		}
 	}
 	return nil

@@ -44,7 +44,10 @@ func (p *pages) overview(w http.ResponseWriter, _ *http.Request) {
 }
 
 type groupData struct {
-	Group    actors.GroupView
+	Group actors.GroupView
+	// Consumer: a consumer-protocol group (KIP-848), whose generations are
+	// group epochs and whose members have epochs and targets.
+	Consumer bool
 	Members  []memberRow
 	Timeline timeline
 	History  []historyRow
@@ -53,7 +56,7 @@ type groupData struct {
 
 type memberRow struct {
 	actors.MemberView
-	Assignment string
+	Assignment, Target string
 }
 
 type historyRow struct {
@@ -70,9 +73,13 @@ func (p *pages) group(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	now := time.Now()
-	d := groupData{Group: g, Timeline: newTimeline(g.History), Now: now}
+	d := groupData{Group: g, Consumer: g.Type == "consumer", Timeline: newTimeline(g.History, g.Type == "consumer"), Now: now}
 	for _, m := range g.Members {
-		d.Members = append(d.Members, memberRow{MemberView: m, Assignment: formatAssignment(m.Assignment())})
+		row := memberRow{MemberView: m, Assignment: formatAssignment(m.Assignment())}
+		if d.Consumer {
+			row.Target = formatAssignment(m.Target)
+		}
+		d.Members = append(d.Members, row)
 	}
 	for i := len(g.History) - 1; i >= 0; i-- {
 		h := g.History[i]
@@ -99,6 +106,7 @@ type timeline struct {
 type timelineItem struct {
 	X, BarY, BarH, CenterX int
 	Colour                 string
+	Label, Short           string // "generation", "gen"; "group epoch", "epoch"
 	Generation             int32
 	Cause, State           string
 	Took, When             string
@@ -121,7 +129,11 @@ var causeColours = map[string]string{
 	actors.CauseEnforced: "#546e7a",
 }
 
-func newTimeline(h []actors.Rebalance) timeline {
+func newTimeline(h []actors.Rebalance, consumer bool) timeline {
+	label, short := "generation", "gen"
+	if consumer {
+		label, short = "group epoch", "epoch"
+	}
 	t := timeline{Width: max(1, len(h)) * colWidth, Height: timelineH, Empty: len(h) == 0}
 	for i, r := range h {
 		// Height: log scale from 1 ms (a sliver) to 5 min (full).
@@ -130,7 +142,7 @@ func newTimeline(h []actors.Rebalance) timeline {
 		barH := 4 + int(frac*(barMaxH-4))
 		t.Items = append(t.Items, timelineItem{
 			X: i*colWidth + 10, CenterX: i*colWidth + colWidth/2, BarY: barTop + barMaxH - barH, BarH: barH,
-			Colour: cmp.Or(causeColours[r.Cause], "#546e7a"), Generation: r.Generation, Cause: r.Cause, State: r.State,
+			Colour: cmp.Or(causeColours[r.Cause], "#546e7a"), Label: label, Short: short, Generation: r.Generation, Cause: r.Cause, State: r.State,
 			Took: seconds(r.Duration()), When: r.Completed.UTC().Format("15:04:05"),
 			Joined: len(r.Joined), Left: len(r.Left), Moved: len(r.Moved),
 		})
@@ -209,8 +221,8 @@ var overviewTmpl = template.Must(template.New("overview").Parse(`<!doctype html>
 {{range .Cluster.Shards}}<tr><td>{{.Id}}</td><td>{{or .LeaderId "none"}}</td><td>{{if .Active}}<b>coordinates</b>{{else}}{{.State}}{{end}}</td><td>{{.Groups}}</td><td>{{.AppliedIndex}}</td></tr>
 {{end}}</table>{{end}}
 <h2>Groups</h2>
-{{if .Groups}}<table id="groups"><tr><th>group</th><th>state</th><th>protocol type</th><th>protocol</th><th>generation</th><th>members</th><th>last rebalance</th></tr>
-{{range .Groups}}<tr><td><a href="/groups/{{.ID}}">{{.ID}}</a></td><td>{{.State}}</td><td>{{.ProtocolType}}</td><td>{{.Protocol}}</td><td>{{.Generation}}</td><td>{{.MemberCount}}</td><td>{{.LastRebalance}}</td></tr>
+{{if .Groups}}<table id="groups"><tr><th>group</th><th>type</th><th>state</th><th>protocol type</th><th>protocol</th><th>generation (epoch)</th><th>members</th><th>last rebalance</th></tr>
+{{range .Groups}}<tr><td><a href="/groups/{{.ID}}">{{.ID}}</a></td><td>{{.Type}}</td><td>{{.State}}</td><td>{{.ProtocolType}}</td><td>{{.Protocol}}</td><td>{{.Generation}}</td><td>{{.MemberCount}}</td><td>{{.LastRebalance}}</td></tr>
 {{end}}</table>{{else}}<p id="groups">No groups coordinated here{{if and (ne .Cluster.State "Leader") (le (len .Cluster.Shards) 1)}} (groups live on the leader, {{or .Cluster.LeaderId "none known"}}){{end}}.</p>{{end}}
 </body></html>`))
 
@@ -218,19 +230,24 @@ var groupTmpl = template.Must(template.New("group").Parse(`<!doctype html>
 <html><head><meta charset="utf-8">` + refresh + `<title>group {{.Group.ID}}</title>` + style + `</head><body>
 <p><a href="/">← cluster</a></p>
 <h1>group {{.Group.ID}}</h1>
-<table id="summary"><tr><th>state</th><th>protocol type</th><th>protocol</th><th>generation</th><th>members</th></tr>
+{{if .Consumer}}<table id="summary"><tr><th>type</th><th>state</th><th>server assignor</th><th>group epoch</th><th>assignment epoch</th><th>members</th></tr>
+<tr><td>consumer</td><td>{{.Group.State}}</td><td>{{.Group.Protocol}}</td><td>{{.Group.Generation}}</td><td>{{.Group.AssignmentEpoch}}</td><td>{{.Group.MemberCount}}</td></tr></table>
+<h2>Members</h2>
+<table id="members"><tr><th>member</th><th>instance</th><th>client</th><th>host</th><th>epoch</th><th>reconciliation</th><th>holds</th><th>target</th></tr>
+{{range .Members}}<tr><td><code>{{.MemberID}}</code></td><td>{{or .InstanceID "-"}}</td><td>{{.ClientID}}</td><td>{{.ClientHost}}</td><td>{{.MemberEpoch}}</td><td>{{.Reconciliation}}</td><td>{{.Assignment}}</td><td>{{.Target}}</td></tr>
+{{end}}</table>{{else}}<table id="summary"><tr><th>state</th><th>protocol type</th><th>protocol</th><th>generation</th><th>members</th></tr>
 <tr><td>{{.Group.State}}</td><td>{{.Group.ProtocolType}}</td><td>{{.Group.Protocol}}</td><td>{{.Group.Generation}}</td><td>{{.Group.MemberCount}}</td></tr></table>
 <h2>Members</h2>
 <table id="members"><tr><th>member</th><th>instance</th><th>client</th><th>host</th><th>assignment</th></tr>
 {{range .Members}}<tr><td><code>{{.MemberID}}</code></td><td>{{or .InstanceID "-"}}</td><td>{{.ClientID}}</td><td>{{.ClientHost}}</td><td>{{.Assignment}}</td></tr>
-{{end}}</table>
+{{end}}</table>{{end}}
 <h2>Rebalance timeline</h2>
 {{with .Timeline}}{{if .Empty}}<p id="timeline">No rebalance completed since this node took the group.</p>{{else}}
 <svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="0 0 {{.Width}} {{.Height}}" role="img" aria-label="rebalance timeline">
 <line x1="0" y1="120" x2="{{.Width}}" y2="120" stroke="#999"/>
 {{range .Items}}<g class="rebalance" data-generation="{{.Generation}}" data-cause="{{.Cause}}">
-<title>generation {{.Generation}}: {{.Cause}}, {{.Took}}, +{{.Joined}} −{{.Left}}, {{.Moved}} moved</title>
-<text x="{{.CenterX}}" y="20" text-anchor="middle" font-weight="bold">gen {{.Generation}}</text>
+<title>{{.Label}} {{.Generation}}: {{.Cause}}, {{.Took}}, +{{.Joined}} −{{.Left}}, {{.Moved}} moved</title>
+<text x="{{.CenterX}}" y="20" text-anchor="middle" font-weight="bold">{{.Short}} {{.Generation}}</text>
 <rect x="{{.X}}" y="{{.BarY}}" width="90" height="{{.BarH}}" rx="3" fill="{{.Colour}}"/>
 <circle cx="{{.CenterX}}" cy="120" r="4" fill="{{.Colour}}"/>
 <text x="{{.CenterX}}" y="138" text-anchor="middle">{{.Cause}} · {{.Took}}</text>
@@ -240,7 +257,7 @@ var groupTmpl = template.Must(template.New("group").Parse(`<!doctype html>
 </g>
 {{end}}</svg>{{end}}{{end}}
 <h2>History (newest first)</h2>
-<table id="history"><tr><th>generation</th><th>completed</th><th>cause</th><th>took</th><th>joined</th><th>left</th><th>partitions moved</th></tr>
+<table id="history"><tr><th>{{if .Consumer}}group epoch{{else}}generation{{end}}</th><th>completed</th><th>cause</th><th>took</th><th>joined</th><th>left</th><th>partitions moved</th></tr>
 {{range .History}}<tr><td>{{.Generation}}</td><td>{{.When}}</td><td>{{.Cause}}</td><td>{{.Took}}</td><td><code>{{.Joined}}</code></td><td><code>{{.Left}}</code></td><td>{{range .Moved}}{{.}}<br>{{end}}</td></tr>
 {{end}}</table>
 </body></html>`))

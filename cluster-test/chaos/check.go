@@ -194,7 +194,7 @@ func checkLinearizable(rec *Record) (porcupine.CheckResult, []Violation) {
 	// request's own refusal is sure.
 	retries := map[string]bool{}
 	for _, g := range rec.Groups {
-		retries[g.ID] = g.Style == "cooperative" || strings.HasPrefix(g.Style, "library")
+		retries[g.ID] = g.Style == "cooperative" || g.Style == styleConsumerProtocol || strings.HasPrefix(g.Style, "library")
 	}
 	for _, o := range rec.Ops {
 		switch o.Kind {
@@ -642,7 +642,7 @@ func checkFailoverRebalances(rec *Record) []Violation {
 	var vs []Violation
 	window := rec.SessionTimeout + rec.RebalanceTimeout + 2*time.Second
 	for _, g := range rec.Groups {
-		if g.Style == "cooperative" {
+		if g.Style == "cooperative" || g.Style == styleConsumerProtocol {
 			continue // franz-go rejoins on its own after any session loss
 		}
 		first := map[int32]time.Time{}

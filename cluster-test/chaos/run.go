@@ -263,10 +263,17 @@ func (r *run) run() (*Report, error) {
 		cfg.Logf("emulated groups did not settle before the faults: %v", err)
 		settle = 5 * time.Second
 	}
-	if r.kg, err = startKgoGroup(ctx, r, "group-kgo", "topic-kgo", 6, 3, settle); err != nil {
+	if r.kg, err = startKgoGroup(ctx, r, "group-kgo", "topic-kgo", 6, 3, false, settle); err != nil {
 		return nil, err
 	}
 	r.t.Cleanup(r.kg.close)
+	// The same consumers on the consumer group protocol (KIP-848): the
+	// coordinator assigns, each member reconciles on its own.
+	kg848, err := startKgoGroup(ctx, r, "group-kgo848", "topic-kgo848", 6, 3, true, settle)
+	if err != nil {
+		return nil, err
+	}
+	r.t.Cleanup(kg848.close)
 	for _, static := range []bool{false, true} {
 		name := "group-lib"
 		if static {
@@ -279,7 +286,7 @@ func (r *run) run() (*Report, error) {
 		r.t.Cleanup(lg.close)
 		r.lgs = append(r.lgs, lg)
 	}
-	r.clients = []clientGroup{r.kg}
+	r.clients = []clientGroup{r.kg, kg848}
 	for _, lg := range r.lgs {
 		r.clients = append(r.clients, lg)
 	}
@@ -754,13 +761,14 @@ type clientGroup interface {
 }
 
 // kgoGroup is a group of franz-go consumers with the cooperative-sticky
-// balancer; their callbacks go into the events, their commits into the
-// history.
+// balancer, or of the consumer group protocol (KIP-848, serverSide); their
+// callbacks go into the events, their commits into the history.
 type kgoGroup struct {
 	r          *run
 	group      string
 	topic      string
 	partitions int32
+	serverSide bool
 	members    []*kgoMember
 	commits    atomic.Bool
 	wg         sync.WaitGroup
@@ -774,13 +782,13 @@ type kgoMember struct {
 	owned map[int32]bool
 }
 
-func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions int32, n int, settle time.Duration) (*kgoGroup, error) {
+func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions int32, n int, serverSide bool, settle time.Duration) (*kgoGroup, error) {
 	coord := &clustertest.Coordinator{Conns: clustertest.NewConns("kgo-admin"), Seeds: r.c.KafkaAddrs, Group: group}
 	defer coord.Conns.Close()
 	if err := clustertest.CreateTopic(ctx, coord, topic, partitions); err != nil {
 		return nil, err
 	}
-	g := &kgoGroup{r: r, group: group, topic: topic, partitions: partitions, stop: make(chan struct{})}
+	g := &kgoGroup{r: r, group: group, topic: topic, partitions: partitions, serverSide: serverSide, stop: make(chan struct{})}
 	var next atomic.Int64
 	for i := range n {
 		m := &kgoMember{name: fmt.Sprintf("%s-c%d", group, i), owned: map[int32]bool{}}
@@ -799,7 +807,7 @@ func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions 
 				r.rec.event(Event{At: time.Now(), Group: group, Client: m.name, Kind: kind, Partitions: slices.Sorted(slices.Values(a[topic])), Gen: gen})
 			}
 		}
-		cl, err := kgo.NewClient(
+		opts := []kgo.Opt{
 			kgo.SeedBrokers(r.c.KafkaAddrs()...),
 			kgo.ClientID(m.name),
 			kgo.ConsumerGroup(group),
@@ -813,7 +821,11 @@ func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions 
 			kgo.OnPartitionsAssigned(cb("assigned")),
 			kgo.OnPartitionsRevoked(cb("revoked")),
 			kgo.OnPartitionsLost(cb("lost")),
-		)
+		}
+		if serverSide {
+			opts = append(opts, kgo.ServerSideBalancer())
+		}
+		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			g.close()
 			return nil, err
@@ -831,7 +843,38 @@ func startKgoGroup(ctx context.Context, r *run, group, topic string, partitions 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	if serverSide {
+		if err := g.isConsumerGroup(ctx); err != nil {
+			g.close()
+			return nil, err
+		}
+	}
 	return g, nil
+}
+
+// isConsumerGroup checks that the group runs the consumer group protocol:
+// franz-go falls back to the classic one, silently, when the coordinator
+// does not offer it.
+func (g *kgoGroup) isConsumerGroup(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		req := kmsg.NewPtrConsumerGroupDescribeRequest()
+		req.Groups = []string{g.group}
+		resp, err := req.RequestWith(ctx, g.members[0].cl)
+		if err == nil && len(resp.Groups) == 1 {
+			d := resp.Groups[0]
+			if d.ErrorCode == 0 && d.Epoch > 0 {
+				return nil
+			}
+			err = fmt.Errorf("%s: ConsumerGroupDescribe error %d", g.group, d.ErrorCode)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s is not a consumer-protocol group: %w", g.group, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func (g *kgoGroup) setCommits(on bool) { g.commits.Store(on) }
@@ -904,7 +947,16 @@ func (g *kgoGroup) loop(m *kgoMember, next *atomic.Int64) {
 	}
 }
 
-func (g *kgoGroup) info() GroupInfo { return GroupInfo{g.group, g.topic, g.partitions, "cooperative"} }
+func (g *kgoGroup) info() GroupInfo {
+	if g.serverSide {
+		return GroupInfo{g.group, g.topic, g.partitions, styleConsumerProtocol}
+	}
+	return GroupInfo{g.group, g.topic, g.partitions, "cooperative"}
+}
+
+// styleConsumerProtocol is the style of a group of the consumer group
+// protocol (KIP-848).
+const styleConsumerProtocol = "consumer-protocol"
 
 // stable returns "" when the consumers own every partition exactly once.
 func (g *kgoGroup) stable() string {

@@ -84,6 +84,7 @@ func serveCohort(metricsOff bool) int {
 	cfg.DataDir, cfg.RemoteAddr = dir, "127.0.0.1:0"
 	cfg.Kafka.Addr = "127.0.0.1:0"
 	cfg.Group.InitialRebalanceDelay, cfg.Group.MinSessionTimeout = 0, time.Second
+	cfg.Consumer.SessionTimeout = benchSession
 	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	cfg.MetricsOff = metricsOff
@@ -186,7 +187,8 @@ func serveCommands(extra func(cmd, arg string) bool) {
 }
 
 func serveKfake() int {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchMembers, benchTopic), kfake.GroupMaxSessionTimeout(30*time.Minute))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchMembers, benchTopic), kfake.GroupMaxSessionTimeout(30*time.Minute),
+		kfake.BrokerConfigs(map[string]string{"group.consumer.session.timeout.ms": strconv.Itoa(int(benchSession.Milliseconds()))}))
 	if err != nil {
 		fmt.Println("ERR", err)
 		return 1

@@ -112,6 +112,9 @@ type groupMember struct {
 	// AssignmentBytes is set when the assignment is not in the consumer
 	// protocol format.
 	AssignmentBytes int `json:"assignment_bytes,omitempty"`
+	// A consumer-protocol (KIP-848) member's epoch and target assignment.
+	MemberEpoch *int32             `json:"member_epoch,omitempty"`
+	Target      map[string][]int32 `json:"target,omitempty"`
 }
 
 // groupState is what groups describe --state shows of a group.
@@ -120,10 +123,15 @@ type groupState struct {
 	Coordinator   string `json:"coordinator"`
 	CoordinatorID *int32 `json:"coordinator_id"`
 	State         string `json:"state"`
+	// Type is "classic", or "consumer" for a group of the consumer group
+	// protocol (KIP-848), whose generation is its group epoch.
+	Type          string `json:"type"`
 	ProtocolType  string `json:"protocol_type"`
 	Protocol      string `json:"protocol"`
 	Generation    *int32 `json:"generation"`
 	NumMembers    int    `json:"num_members"`
+	// AssignmentEpoch is a consumer group's target assignment epoch.
+	AssignmentEpoch *int32 `json:"assignment_epoch,omitempty"`
 }
 
 // groupInfo is everything groups describe shows of a group.
@@ -169,7 +177,7 @@ func (c *cli) describeGroups(ctx context.Context, groups []string) (found map[st
 		if err := codeErr("describe "+g.Group, g.ErrorCode); err != nil {
 			return nil, nil, err
 		}
-		info := &groupInfo{groupState: groupState{Group: g.Group, State: g.State, ProtocolType: g.ProtocolType, Protocol: g.Protocol},
+		info := &groupInfo{groupState: groupState{Group: g.Group, Type: "classic", State: g.State, ProtocolType: g.ProtocolType, Protocol: g.Protocol},
 			Members: []groupMember{}, Offsets: []offsetRow{}}
 		if gen, ok := kafka.GenerationFromTags(g.UnknownTags); ok {
 			info.Generation = &gen
@@ -199,12 +207,76 @@ func (c *cli) describeGroups(ctx context.Context, groups []string) (found map[st
 		info.NumMembers = len(info.Members)
 		found[g.Group] = info
 	}
+	var rest []string
 	for _, g := range groups {
+		if found[g] == nil {
+			rest = append(rest, g)
+		}
+	}
+	if len(rest) > 0 {
+		if err := c.describeConsumerGroups(ctx, rest, found); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, g := range rest {
 		if found[g] == nil {
 			missing = append(missing, g)
 		}
 	}
 	return found, missing, nil
+}
+
+// describeConsumerGroups describes the consumer-protocol (KIP-848) groups
+// among groups (ConsumerGroupDescribe) into found; a group that is not one,
+// or a coordinator without the API, adds nothing.
+func (c *cli) describeConsumerGroups(ctx context.Context, groups []string, found map[string]*groupInfo) error {
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = groups
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		// A coordinator without the API (a Kafka before 4.0): franz-go
+		// refuses to send it, with an error it does not export.
+		if errors.Is(err, kerr.UnsupportedVersion) || strings.Contains(err.Error(), "broker is too old") {
+			return nil
+		}
+		return err
+	}
+	for _, g := range resp.Groups {
+		if g.ErrorCode == kerr.GroupIDNotFound.Code || g.ErrorCode == kerr.UnsupportedVersion.Code {
+			continue
+		}
+		if err := codeErr("describe "+g.Group, g.ErrorCode); err != nil {
+			return err
+		}
+		epoch, assigned := g.Epoch, g.AssignmentEpoch
+		info := &groupInfo{groupState: groupState{Group: g.Group, Type: "consumer", State: g.State, ProtocolType: "consumer", Protocol: g.AssignorName,
+			Generation: &epoch, AssignmentEpoch: &assigned}, Members: []groupMember{}, Offsets: []offsetRow{}}
+		for _, m := range g.Members {
+			memberEpoch := m.MemberEpoch
+			gm := groupMember{Group: g.Group, ConsumerID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, MemberEpoch: &memberEpoch,
+				Assignment: map[string][]int32{}, Target: map[string][]int32{}}
+			if m.InstanceID != nil {
+				gm.InstanceID = *m.InstanceID
+			}
+			for _, t := range m.Assignment.TopicPartitions {
+				gm.Assignment[t.Topic] = append(gm.Assignment[t.Topic], t.Partitions...)
+				gm.Partitions += len(t.Partitions)
+			}
+			for _, t := range m.TargetAssignment.TopicPartitions {
+				gm.Target[t.Topic] = append(gm.Target[t.Topic], t.Partitions...)
+			}
+			for _, l := range []map[string][]int32{gm.Assignment, gm.Target} {
+				for _, ps := range l {
+					slices.Sort(ps)
+				}
+			}
+			info.Members = append(info.Members, gm)
+		}
+		slices.SortFunc(info.Members, func(a, b groupMember) int { return strings.Compare(a.ConsumerID, b.ConsumerID) })
+		info.NumMembers = len(info.Members)
+		found[g.Group] = info
+	}
+	return nil
 }
 
 // coordinators fills in each group's coordinator (FindCoordinator).

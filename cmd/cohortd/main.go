@@ -107,6 +107,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.BoolVar(&g.OwnershipGuard, "group-ownership-guard", g.OwnershipGuard, "never give a consumer-group member a partition another member has not released yet: withhold it and hand it over in a follow-up rebalance")
 	fs.BoolVar(&g.MixedAssignors, "group-mixed-assignors", g.MixedAssignors, "admit into a consumer group of built-in assignors a member whose assignor list shares none with the group; the coordinator then assigns the group itself (single-bounce assignor changes)")
 	fs.DurationVar(&g.OffsetsRetention, "offsets-retention", g.OffsetsRetention, "how long committed offsets of an empty group are kept (offsets.retention.minutes)")
+	fs.Var(rebalanceProtocolsFlag{&k.ConsumerProtocol}, "group-coordinator-rebalance-protocols", "group protocols served, a comma list: classic, or classic,consumer to serve the consumer group protocol of KIP-848 too (group.coordinator.rebalance.protocols)")
 	cc := &cfg.Consumer
 	fs.DurationVar(&cc.SessionTimeout, "group-consumer-session-timeout", cc.SessionTimeout, "session timeout of consumer-protocol (KIP-848) members (group.consumer.session.timeout.ms)")
 	fs.DurationVar(&cc.HeartbeatInterval, "group-consumer-heartbeat-interval", cc.HeartbeatInterval, "heartbeat interval given to consumer-protocol members (group.consumer.heartbeat.interval.ms)")
@@ -264,6 +265,36 @@ func (f peerAddrsFlag) Set(v string) error {
 		m[id] = addr
 	}
 	*f.m = m
+	return nil
+}
+
+// rebalanceProtocolsFlag is --group-coordinator-rebalance-protocols:
+// classic always, consumer optionally.
+type rebalanceProtocolsFlag struct{ consumer *bool }
+
+func (f rebalanceProtocolsFlag) String() string {
+	if f.consumer != nil && *f.consumer {
+		return "classic,consumer"
+	}
+	return "classic"
+}
+
+func (f rebalanceProtocolsFlag) Set(v string) error {
+	classic, consumer := false, false
+	for _, p := range strings.Split(v, ",") {
+		switch strings.TrimSpace(strings.ToLower(p)) {
+		case "classic":
+			classic = true
+		case "consumer":
+			consumer = true
+		default:
+			return fmt.Errorf("unknown group protocol %q: want classic or consumer", p)
+		}
+	}
+	if !classic {
+		return errors.New("classic must be listed: the classic group protocol cannot be turned off")
+	}
+	*f.consumer = consumer
 	return nil
 }
 
