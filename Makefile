@@ -88,6 +88,8 @@ module_of = $(firstword $(foreach m,$(TEST_MODULES),$(if $(filter $(m)/%,$(1)),$
 in_module = $(patsubst $(call module_of,$(1))/%,%,$(1))
 # Extra flags for one target, by name.
 FUZZFLAGS_FuzzTLSAccept := -fuzzminimizetime 10x
+FUZZFLAGS_FuzzConsumerGroupHeartbeat := -fuzzminimizetime 10x
+FUZZFLAGS_FuzzConsumerGroupDescribe := -fuzzminimizetime 10x
 
 define newline
 

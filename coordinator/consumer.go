@@ -37,7 +37,37 @@ type ConsumerConfig struct {
 	MaxSize           int           // group.consumer.max.size; 0 means unlimited
 	// Assignors are group.consumer.assignors; the first is the default.
 	Assignors []assignor.ServerAssignor
+	// MigrationPolicy is group.consumer.migration.policy: which online
+	// conversions of non-empty groups are allowed ("" is bidirectional,
+	// Kafka's default). Empty groups convert whatever it says.
+	MigrationPolicy MigrationPolicy
 }
+
+// MigrationPolicy is Kafka's ConsumerGroupMigrationPolicy.
+type MigrationPolicy string
+
+// The values of group.consumer.migration.policy.
+const (
+	MigrationBidirectional MigrationPolicy = "bidirectional"
+	MigrationUpgrade       MigrationPolicy = "upgrade"
+	MigrationDowngrade     MigrationPolicy = "downgrade"
+	MigrationDisabled      MigrationPolicy = "disabled"
+)
+
+// UpgradeEnabled reports whether a classic group with members may become a
+// consumer group.
+func (p MigrationPolicy) UpgradeEnabled() bool {
+	return p == "" || p == MigrationBidirectional || p == MigrationUpgrade
+}
+
+// DowngradeEnabled reports whether a consumer group with members may become
+// a classic group.
+func (p MigrationPolicy) DowngradeEnabled() bool {
+	return p == "" || p == MigrationBidirectional || p == MigrationDowngrade
+}
+
+// Disabled reports whether classic members are refused in consumer groups.
+func (p MigrationPolicy) Disabled() bool { return p == MigrationDisabled }
 
 // DefaultConsumerConfig returns Kafka's defaults.
 func DefaultConsumerConfig() ConsumerConfig {
@@ -45,6 +75,7 @@ func DefaultConsumerConfig() ConsumerConfig {
 		SessionTimeout:    45 * time.Second,
 		HeartbeatInterval: 5 * time.Second,
 		Assignors:         assignor.ServerAssignors(),
+		MigrationPolicy:   MigrationBidirectional,
 	}
 }
 
@@ -62,6 +93,11 @@ func (c ConsumerConfig) Validate() error {
 	}
 	if len(c.Assignors) == 0 {
 		errs = append(errs, errors.New("consumer group assignors: at least one is needed"))
+	}
+	switch c.MigrationPolicy {
+	case "", MigrationBidirectional, MigrationUpgrade, MigrationDowngrade, MigrationDisabled:
+	default:
+		errs = append(errs, fmt.Errorf("consumer group migration policy must be bidirectional, upgrade, downgrade or disabled, got %q", c.MigrationPolicy))
 	}
 	seen := map[string]bool{}
 	for _, a := range c.Assignors {
@@ -144,6 +180,12 @@ const (
 	ConsumerTimerSession ConsumerTimerKind = iota + 1
 	// ConsumerTimerRebalance fences a member that did not revoke in time.
 	ConsumerTimerRebalance
+	// ConsumerTimerJoin fences a classic member told to rejoin
+	// (REBALANCE_IN_PROGRESS) that did not within its rebalance timeout.
+	ConsumerTimerJoin
+	// ConsumerTimerSync fences a classic member that did not send SyncGroup
+	// within its rebalance timeout after its JoinGroup.
+	ConsumerTimerSync
 )
 
 // ConsumerTimer arms (Cancel false) or cancels the timer of one member.
@@ -220,6 +262,11 @@ type consumerMember struct {
 	assigned, pending        tpSet
 	target                   tpSet
 	sessionEnd, revokeBefore time.Time // timers' deadlines (not replicated)
+	// classic is set for a member that uses the classic protocol
+	// (consumer_classic.go); joinBefore and syncBefore are its join and
+	// sync deadlines (zero: none; not replicated).
+	classic                *ClassicMemberMetadata
+	joinBefore, syncBefore time.Time
 }
 
 // NewConsumerGroup returns an empty consumer group that does not exist yet
@@ -275,6 +322,8 @@ type ConsumerMemberView struct {
 	RebalanceTimeout             time.Duration
 	Assigned, PendingRevocation  []assignor.TopicPartitions
 	Target                       []assignor.TopicPartitions
+	// Classic is set for a member that uses the classic protocol.
+	Classic *ClassicMemberMetadata
 }
 
 // Members returns every member, ordered by member id.
@@ -289,6 +338,7 @@ func (g *ConsumerGroup) Members() []ConsumerMemberView {
 			SubscribedTopicNames: slices.Clone(m.topics), SubscribedTopicRegex: m.regex,
 			ServerAssignor: m.assignor, RebalanceTimeout: m.rebalanceTimeout,
 			Assigned: m.assigned.list(), PendingRevocation: m.pending.list(), Target: m.target.list(),
+			Classic: m.classic.clone(),
 		})
 	}
 	return out

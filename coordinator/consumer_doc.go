@@ -48,6 +48,34 @@
 //     static member parked at -2). Removal frees its partitions, bumps the
 //     epoch and reassigns. An empty group keeps assignment epoch = epoch.
 //
+// Migration (consumer_classic.go, consumer_migrate.go; the reference's
+// section 4), under ConsumerConfig.MigrationPolicy (Kafka's
+// group.consumer.migration.policy; empty groups convert whatever it says):
+//
+//   - Classic members live inside a consumer group: ClassicJoin takes the
+//     subscription and owned partitions from the ConsumerProtocol metadata
+//     of the member's first protocol and reconciles the member exactly like
+//     a consumer member; the answer is immediate (generation = member
+//     epoch, no leader, no member list), ClassicSync answers the current
+//     assignment in the member's protocol version, ClassicHeartbeat answers
+//     REBALANCE_IN_PROGRESS when the member must rejoin to move on. Their
+//     session timeouts are their JoinGroup's; join and sync timeouts
+//     (ConsumerTimerJoin, ConsumerTimerSync) fence members that do not
+//     come back. Their JoinGroup data is replicated in the member record.
+//   - Upgrade: a consumer join to a classic group with members converts it
+//     (group epoch = generation, members STABLE holding their last
+//     assignment) or answers GROUP_ID_NOT_FOUND with Kafka's reason; the
+//     same write retires the classic members (an empty GroupRecord).
+//   - Downgrade: when the last consumer-protocol member is removed and
+//     classic members remain, tombstones remove every consumer record and
+//     the classic group is written, then rebalances.
+//   - Group.ConsumerHeartbeat, Group.ServeClassic and Group.ConsumerTimer are
+//     the owner's entry points; they supersede RefuseConsumerHeartbeat,
+//     RefuseClassic and ConsumerGroup.OnTimer, which stay for owners that
+//     do not migrate. consumer_migrate_test.go runs rolling upgrades and
+//     downgrades of eager and cooperative clients and checks that no
+//     partition is ever held by two clients.
+//
 // Invariants (checked after every step by consumer_harness_test.go and the
 // randomized consumer_prop_test.go):
 //
@@ -111,8 +139,14 @@
 //     classic requests to a consumer group, answer GROUP_ID_NOT_FOUND /
 //     INCONSISTENT_GROUP_PROTOCOL until migration exists. Deleting a consumer
 //     group (DeleteGroups, offsets expiry) writes a GroupTombstone.
-//   - Migration classic <-> consumer (the reference's section 4): not
-//     started; it needs classic members served inside a ConsumerGroup.
+//   - Migration: the group actor calls the entry points above (it still
+//     refuses classic requests to consumer groups itself); ConsumerGroupDescribe
+//     v1's MemberType (KIP-1099) from ConsumerMemberView.Classic; a
+//     downgrade when a classic static member replaces the last consumer
+//     one (Kafka does it, Stable when nothing changed) is not done: the
+//     replaced member's seat passes to the classic member and the group
+//     stays a consumer group; commits of classic members inside a
+//     consumer group answer ILLEGAL_GENERATION where Kafka does.
 //   - Offsets: OffsetCommit/OffsetFetch v9+ member-epoch checks need the
 //     member's epoch and assigned partitions (Members() has them); the
 //     offset store of offsets.go belongs to the classic Group today.

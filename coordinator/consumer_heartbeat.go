@@ -175,6 +175,10 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 		upd.assignor = *req.ServerAssignor
 	}
 	upd.clientID, upd.clientHost = req.ClientID, req.ClientHost
+	// A classic member that sends ConsumerGroupHeartbeat uses the consumer
+	// protocol from now on.
+	wasClassic := upd.classic != nil
+	upd.classic, upd.joinBefore, upd.syncBefore = nil, time.Time{}, time.Time{}
 	if upd.regex != "" && g.regexes[upd.regex] == nil {
 		if _, err := compileFull(upd.regex); err != nil {
 			return consumerError(ErrInvalidRegularExpression, "SubscribedTopicRegex "+upd.regex+" is invalid: "+err.Error())
@@ -210,7 +214,11 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 		subChanged = !slices.Equal(replaced.topics, m.topics) || replaced.regex != m.regex || replaced.assignor != m.assignor
 	}
 	newMember := isNew && replaced == nil
-	if newMember || m.rackID != before.rackID || m.rebalanceTimeout != before.rebalanceTimeout ||
+	if wasClassic {
+		fx.cancel(ConsumerTimerJoin, m.id)
+		fx.cancel(ConsumerTimerSync, m.id)
+	}
+	if newMember || wasClassic || m.rackID != before.rackID || m.rebalanceTimeout != before.rebalanceTimeout ||
 		m.clientID != before.clientID || m.clientHost != before.clientHost || subChanged || m.instanceID != before.instanceID {
 		g.writeMember(m, fx)
 	}
@@ -319,8 +327,7 @@ func subset(a, b tpSet) bool {
 func (g *ConsumerGroup) renameMember(old, upd *consumerMember, fx *ConsumerEffects) {
 	delete(g.members, old.id)
 	g.writeTombstones(old.id, fx)
-	fx.cancel(ConsumerTimerSession, old.id)
-	fx.cancel(ConsumerTimerRebalance, old.id)
+	cancelMemberTimers(old, fx)
 	m := &consumerMember{}
 	*m = *upd
 	m.assigned, m.pending, m.target = old.assigned, tpSet{}, old.target
@@ -356,6 +363,7 @@ func (g *ConsumerGroup) touchSession(m *consumerMember, now time.Time, fx *Consu
 	if m.epoch == EpochStaticLeave {
 		return
 	}
-	m.sessionEnd = now.Add(g.cfg.SessionTimeout)
-	fx.arm(ConsumerTimerSession, m.id, g.cfg.SessionTimeout)
+	d := g.sessionTimeout(m)
+	m.sessionEnd = now.Add(d)
+	fx.arm(ConsumerTimerSession, m.id, d)
 }

@@ -122,8 +122,13 @@ func (g *ConsumerGroup) NumMembers() int { return len(g.members) }
 // Key is the timer's key among its group's timers.
 func (t ConsumerTimer) Key() TimerKey {
 	k := TimerConsumerSession
-	if t.Kind == ConsumerTimerRebalance {
+	switch t.Kind {
+	case ConsumerTimerRebalance:
 		k = TimerConsumerRebalance
+	case ConsumerTimerJoin:
+		k = TimerConsumerJoin
+	case ConsumerTimerSync:
+		k = TimerConsumerSync
 	}
 	return TimerKey{Kind: k, Member: t.Member}
 }
@@ -136,6 +141,10 @@ func (k TimerKey) ConsumerKind() (kind ConsumerTimerKind, ok bool) {
 		return ConsumerTimerSession, true
 	case TimerConsumerRebalance:
 		return ConsumerTimerRebalance, true
+	case TimerConsumerJoin:
+		return ConsumerTimerJoin, true
+	case TimerConsumerSync:
+		return ConsumerTimerSync, true
 	}
 	return 0, false
 }

@@ -30,18 +30,21 @@ func ConsumerRecordToProto(groupID string, r ConsumerRecord) *pb.Record {
 	switch r := r.(type) {
 	case ConsumerGroupEpochRecord:
 		return &pb.Record{Kind: &pb.Record_ConsumerGroupMetadata{ConsumerGroupMetadata: &pb.ConsumerGroupMetadata{
-			GroupId: groupID, Epoch: r.Epoch,
+			GroupId: groupID, Epoch: r.Epoch, Deleted: r.Deleted,
 		}}}
 	case ConsumerTargetEpochRecord:
 		return &pb.Record{Kind: &pb.Record_ConsumerTargetAssignmentMetadata{ConsumerTargetAssignmentMetadata: &pb.ConsumerGroupTargetAssignmentMetadata{
-			GroupId: groupID, AssignmentEpoch: r.Epoch,
+			GroupId: groupID, AssignmentEpoch: r.Epoch, Deleted: r.Deleted,
 		}}}
+	case ClassicRecord:
+		return r.Record
 	case ConsumerMemberRecord:
 		return &pb.Record{Kind: &pb.Record_ConsumerMemberMetadata{ConsumerMemberMetadata: &pb.ConsumerGroupMemberMetadata{
 			GroupId: groupID, MemberId: r.MemberID, Deleted: r.Deleted,
 			InstanceId: r.InstanceID, RackId: r.RackID, ClientId: r.ClientID, ClientHost: r.ClientHost,
 			RebalanceTimeoutMs: durationMs(r.RebalanceTimeout), SubscribedTopicNames: slices.Clone(r.SubscribedTopicNames),
 			SubscribedTopicRegex: r.SubscribedTopicRegex, ServerAssignor: r.ServerAssignor,
+			Classic: classicToProto(r.Classic),
 		}}}
 	case ConsumerTargetRecord:
 		return &pb.Record{Kind: &pb.Record_ConsumerTargetAssignment{ConsumerTargetAssignment: &pb.ConsumerGroupTargetAssignmentMember{
@@ -74,9 +77,10 @@ func ConsumerRecordsFromProto(recs []*pb.Record) []ConsumerRecord {
 func ConsumerRecordFromProto(r *pb.Record) (ConsumerRecord, bool) {
 	switch k := r.GetKind().(type) {
 	case *pb.Record_ConsumerGroupMetadata:
-		return ConsumerGroupEpochRecord{Epoch: k.ConsumerGroupMetadata.GetEpoch()}, true
+		return ConsumerGroupEpochRecord{Epoch: k.ConsumerGroupMetadata.GetEpoch(), Deleted: k.ConsumerGroupMetadata.GetDeleted()}, true
 	case *pb.Record_ConsumerTargetAssignmentMetadata:
-		return ConsumerTargetEpochRecord{Epoch: k.ConsumerTargetAssignmentMetadata.GetAssignmentEpoch()}, true
+		t := k.ConsumerTargetAssignmentMetadata
+		return ConsumerTargetEpochRecord{Epoch: t.GetAssignmentEpoch(), Deleted: t.GetDeleted()}, true
 	case *pb.Record_ConsumerMemberMetadata:
 		m := k.ConsumerMemberMetadata
 		return ConsumerMemberRecord{
@@ -84,6 +88,7 @@ func ConsumerRecordFromProto(r *pb.Record) (ConsumerRecord, bool) {
 			InstanceID: m.GetInstanceId(), RackID: m.GetRackId(), ClientID: m.GetClientId(), ClientHost: m.GetClientHost(),
 			RebalanceTimeout: time.Duration(m.GetRebalanceTimeoutMs()) * time.Millisecond, SubscribedTopicNames: slices.Clone(m.GetSubscribedTopicNames()),
 			SubscribedTopicRegex: m.GetSubscribedTopicRegex(), ServerAssignor: m.GetServerAssignor(),
+			Classic: classicFromProto(m.GetClassic()),
 		}, true
 	case *pb.Record_ConsumerTargetAssignment:
 		t := k.ConsumerTargetAssignment
@@ -114,6 +119,28 @@ func partitionsFromProto(l []*pb.ConsumerTopicPartitions) []assignor.TopicPartit
 	out := make([]assignor.TopicPartitions, len(l))
 	for i, tp := range l {
 		out[i] = assignor.TopicPartitions{Topic: tp.GetTopic(), Partitions: slices.Clone(tp.GetPartitions())}
+	}
+	return out
+}
+
+func classicToProto(c *ClassicMemberMetadata) *pb.ConsumerGroupMemberMetadata_ClassicMemberMetadata {
+	if c == nil {
+		return nil
+	}
+	out := &pb.ConsumerGroupMemberMetadata_ClassicMemberMetadata{ProtocolType: c.ProtocolType, SessionTimeoutMs: durationMs(c.SessionTimeout)}
+	for _, p := range c.Protocols {
+		out.Protocols = append(out.Protocols, &pb.ConsumerGroupMemberMetadata_ClassicProtocol{Name: p.Name, Metadata: slices.Clone(p.Metadata)})
+	}
+	return out
+}
+
+func classicFromProto(c *pb.ConsumerGroupMemberMetadata_ClassicMemberMetadata) *ClassicMemberMetadata {
+	if c == nil {
+		return nil
+	}
+	out := &ClassicMemberMetadata{ProtocolType: c.GetProtocolType(), SessionTimeout: msDuration(c.GetSessionTimeoutMs())}
+	for _, p := range c.GetProtocols() {
+		out.Protocols = append(out.Protocols, ClassicProtocol{Name: p.GetName(), Metadata: slices.Clone(p.GetMetadata())})
 	}
 	return out
 }

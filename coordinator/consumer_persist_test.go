@@ -81,6 +81,7 @@ func TestConsumerRecordGoKeepsEveryField(t *testing.T) {
 		if m, ok := p.(*ConsumerMemberRecord); ok {
 			// Kept in whole milliseconds, as requests give it.
 			m.RebalanceTimeout = m.RebalanceTimeout * time.Millisecond
+			m.Classic.SessionTimeout = m.Classic.SessionTimeout * time.Millisecond
 		}
 		want := reflect.ValueOf(p).Elem().Interface().(ConsumerRecord)
 		got, ok := ConsumerRecordFromProto(ConsumerRecordToProto("g", want))

@@ -204,8 +204,7 @@ func (g *ConsumerGroup) remove(m *consumerMember, fx *ConsumerEffects) {
 		delete(g.static, m.instanceID)
 	}
 	g.writeTombstones(m.id, fx)
-	fx.cancel(ConsumerTimerSession, m.id)
-	fx.cancel(ConsumerTimerRebalance, m.id)
+	cancelMemberTimers(m, fx)
 	g.bump(fx)
 	if len(g.members) == 0 {
 		// An empty group's target is at its epoch (KAFKA-20442).
@@ -253,9 +252,31 @@ func (g *ConsumerGroup) OnTimer(kind ConsumerTimerKind, memberID string, now tim
 			fx.arm(ConsumerTimerRebalance, m.id, m.revokeBefore.Sub(now))
 			return false
 		}
+	case ConsumerTimerJoin, ConsumerTimerSync:
+		before := &m.joinBefore
+		if kind == ConsumerTimerSync {
+			before = &m.syncBefore
+		}
+		if before.IsZero() {
+			return false
+		}
+		if now.Before(*before) {
+			fx.arm(kind, m.id, before.Sub(now))
+			return false
+		}
 	default:
 		return false
 	}
 	g.remove(m, fx)
 	return true
+}
+
+// cancelMemberTimers cancels every timer of m.
+func cancelMemberTimers(m *consumerMember, fx *ConsumerEffects) {
+	fx.cancel(ConsumerTimerSession, m.id)
+	fx.cancel(ConsumerTimerRebalance, m.id)
+	if m.classic != nil {
+		fx.cancel(ConsumerTimerJoin, m.id)
+		fx.cancel(ConsumerTimerSync, m.id)
+	}
 }

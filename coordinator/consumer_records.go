@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cohort-coord/cohort/assignor"
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
 // Records of a consumer group: what must be replicated so that another
@@ -13,8 +14,12 @@ import (
 // them. Deleted marks a tombstone of that member's record.
 type ConsumerRecord interface{ consumerRecord() }
 
-// ConsumerGroupEpochRecord sets the group epoch.
-type ConsumerGroupEpochRecord struct{ Epoch int32 }
+// ConsumerGroupEpochRecord sets the group epoch; Deleted removes it (the
+// group stops being a consumer group).
+type ConsumerGroupEpochRecord struct {
+	Epoch   int32
+	Deleted bool
+}
 
 // ConsumerMemberRecord is a member's subscription and settings.
 type ConsumerMemberRecord struct {
@@ -26,6 +31,22 @@ type ConsumerMemberRecord struct {
 	SubscribedTopicNames []string
 	SubscribedTopicRegex string
 	ServerAssignor       string
+	// Classic is set for a member that uses the classic protocol.
+	Classic *ClassicMemberMetadata
+}
+
+// ClassicMemberMetadata is what a classic member (JoinGroup, SyncGroup,
+// Heartbeat, LeaveGroup) inside a consumer group sent in its JoinGroup.
+type ClassicMemberMetadata struct {
+	ProtocolType   string
+	SessionTimeout time.Duration
+	Protocols      []ClassicProtocol
+}
+
+// ClassicProtocol is one of a classic member's JoinGroup protocols.
+type ClassicProtocol struct {
+	Name     string
+	Metadata []byte
 }
 
 // ConsumerTargetRecord is a member's target assignment.
@@ -35,8 +56,19 @@ type ConsumerTargetRecord struct {
 	Partitions []assignor.TopicPartitions
 }
 
-// ConsumerTargetEpochRecord sets the epoch of the target assignment.
-type ConsumerTargetEpochRecord struct{ Epoch int32 }
+// ConsumerTargetEpochRecord sets the epoch of the target assignment;
+// Deleted removes it.
+type ConsumerTargetEpochRecord struct {
+	Epoch   int32
+	Deleted bool
+}
+
+// ClassicRecord is a classic group's record (a GroupRecord, or the
+// MemberSessions that go with it) written in the same write as the
+// consumer records of a conversion, so that the store never holds a group
+// id with members of both types. ConsumerRecordsToProto passes it through;
+// RestoreConsumerGroup ignores it.
+type ClassicRecord struct{ Record *pb.Record }
 
 // ConsumerCurrentRecord is a member's current assignment and epochs.
 type ConsumerCurrentRecord struct {
@@ -52,6 +84,7 @@ func (ConsumerMemberRecord) consumerRecord()      {}
 func (ConsumerTargetRecord) consumerRecord()      {}
 func (ConsumerTargetEpochRecord) consumerRecord() {}
 func (ConsumerCurrentRecord) consumerRecord()     {}
+func (ClassicRecord) consumerRecord()             {}
 
 // RestoreConsumerGroup rebuilds a group from its records, in the order they
 // were written. Timers are not replicated: the owner arms every member's
@@ -70,8 +103,14 @@ func RestoreConsumerGroup(id string, cfg *ConsumerConfig, topics map[string]int3
 		switch r := r.(type) {
 		case ConsumerGroupEpochRecord:
 			g.epoch = r.Epoch
+			if r.Deleted {
+				g.epoch = 0
+			}
 		case ConsumerTargetEpochRecord:
 			g.assignmentEpoch = r.Epoch
+			if r.Deleted {
+				g.assignmentEpoch = 0
+			}
 		case ConsumerMemberRecord:
 			if r.Deleted {
 				if m := g.members[r.MemberID]; m != nil && m.instanceID != "" && g.static[m.instanceID] == m.id {
@@ -83,6 +122,7 @@ func RestoreConsumerGroup(id string, cfg *ConsumerConfig, topics map[string]int3
 			m := get(r.MemberID)
 			m.instanceID, m.rackID, m.clientID, m.clientHost = r.InstanceID, r.RackID, r.ClientID, r.ClientHost
 			m.rebalanceTimeout, m.topics, m.regex, m.assignor = r.RebalanceTimeout, slices.Clone(r.SubscribedTopicNames), r.SubscribedTopicRegex, r.ServerAssignor
+			m.classic = classicFromRecord(r.Classic)
 			if m.instanceID != "" {
 				g.static[m.instanceID] = m.id
 			}
@@ -128,7 +168,7 @@ func (g *ConsumerGroup) writeMember(m *consumerMember, fx *ConsumerEffects) {
 	fx.record(ConsumerMemberRecord{
 		MemberID: m.id, InstanceID: m.instanceID, RackID: m.rackID, ClientID: m.clientID, ClientHost: m.clientHost,
 		RebalanceTimeout: m.rebalanceTimeout, SubscribedTopicNames: slices.Clone(m.topics),
-		SubscribedTopicRegex: m.regex, ServerAssignor: m.assignor,
+		SubscribedTopicRegex: m.regex, ServerAssignor: m.assignor, Classic: m.classic.record(),
 	})
 }
 

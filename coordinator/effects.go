@@ -44,6 +44,11 @@ const (
 	// by the owner with the classic ones under one key space.
 	TimerConsumerSession
 	TimerConsumerRebalance
+	// TimerConsumerJoin and TimerConsumerSync are a classic member's join
+	// and sync timeouts inside a consumer group (ConsumerTimerJoin,
+	// ConsumerTimerSync).
+	TimerConsumerJoin
+	TimerConsumerSync
 )
 
 func (k TimerKind) String() string {
@@ -62,6 +67,10 @@ func (k TimerKind) String() string {
 		return "consumer-session"
 	case TimerConsumerRebalance:
 		return "consumer-rebalance"
+	case TimerConsumerJoin:
+		return "consumer-join"
+	case TimerConsumerSync:
+		return "consumer-sync"
 	}
 	return "unknown"
 }

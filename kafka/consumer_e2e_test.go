@@ -250,6 +250,20 @@ func TestConsumerGroupOverTheWire(t *testing.T) {
 		t.Fatalf("commit at a later epoch: %d, want STALE_MEMBER_EPOCH", code)
 	}
 
+	// OffsetFetch v9 names the member and its epoch (the native request
+	// does not carry them yet: the group does not check them).
+	fetch := kmsg.NewPtrOffsetFetchRequest()
+	fetch.SetVersion(9)
+	fg := kmsg.NewOffsetFetchRequestGroup()
+	fg.Group, fg.MemberID, fg.MemberEpoch = "billing", kmsg.StringPtr(a.id), a.epoch
+	ft := kmsg.NewOffsetFetchRequestGroupTopic()
+	ft.Topic, ft.Partitions = "orders", []int32{part}
+	fg.Topics = append(fg.Topics, ft)
+	fetch.Groups = append(fetch.Groups, fg)
+	if r := a.c.do(fetch).(*kmsg.OffsetFetchResponse); len(r.Groups) != 1 || r.Groups[0].ErrorCode != 0 || r.Groups[0].Topics[0].Partitions[0].Offset != 42 {
+		t.Fatalf("offset fetch v9: %+v", r.Groups)
+	}
+
 	// a leaves: b is given everything, at a new epoch.
 	if r := a.send(-1); r.ErrorCode != 0 || r.MemberID == nil || *r.MemberID != a.id || r.MemberEpoch != -1 || r.Assignment != nil {
 		t.Fatalf("leave: %+v", r)

@@ -17,7 +17,10 @@ import (
 // compacted, as Kafka's compacted log keeps them: the last record of each
 // kind (group metadata, target assignment metadata) and of each kind per
 // member (member metadata, target assignment, current assignment); a
-// member's tombstone removes that record. Read back in their fixed order
+// tombstone removes its record. A conversion to a classic group (or an
+// empty consumer group taken by a JoinGroup) writes tombstones for every
+// record of the group, members' and group's, so none is left and the
+// group's classic record and offsets are all the state keeps of it. Read back in their fixed order
 // (ConsumerRecords), they rebuild the group the records written so far
 // rebuild (coordinator.RestoreConsumerGroup), because the coordinator
 // removes a member's three records together.
@@ -91,9 +94,17 @@ func (s *State) applyBelowConsumerFormat(w *raftpb.GroupWrite, format uint32) er
 func (s *State) applyConsumer(r *pb.Record) {
 	switch k := r.GetKind().(type) {
 	case *pb.Record_ConsumerGroupMetadata:
-		s.consumer(k.ConsumerGroupMetadata.GetGroupId()).group = k.ConsumerGroupMetadata
+		c := k.ConsumerGroupMetadata
+		if cs := s.consumerGroup(c.GetGroupId(), c.GetDeleted()); cs != nil {
+			cs.group = unlessDeleted(c, c.GetDeleted())
+			s.tidyConsumer(c.GetGroupId(), "")
+		}
 	case *pb.Record_ConsumerTargetAssignmentMetadata:
-		s.consumer(k.ConsumerTargetAssignmentMetadata.GetGroupId()).target = k.ConsumerTargetAssignmentMetadata
+		t := k.ConsumerTargetAssignmentMetadata
+		if cs := s.consumerGroup(t.GetGroupId(), t.GetDeleted()); cs != nil {
+			cs.target = unlessDeleted(t, t.GetDeleted())
+			s.tidyConsumer(t.GetGroupId(), "")
+		}
 	case *pb.Record_ConsumerMemberMetadata:
 		m := k.ConsumerMemberMetadata
 		if cm := s.consumerMember(m.GetGroupId(), m.GetMemberId(), m.GetDeleted()); cm != nil {
@@ -132,6 +143,18 @@ func (s *State) consumer(id string) *consumerState {
 	return g.consumer
 }
 
+// consumerGroup returns group id's consumer records: created if needed,
+// except for a tombstone, for which nil says there is nothing to remove.
+func (s *State) consumerGroup(id string, tombstone bool) *consumerState {
+	if tombstone {
+		if g := s.groups[id]; g != nil {
+			return g.consumer
+		}
+		return nil
+	}
+	return s.consumer(id)
+}
+
 // consumerMember returns a member's records: created if needed, except for
 // a tombstone, for which nil says there is nothing to remove.
 func (s *State) consumerMember(groupID, memberID string, tombstone bool) *consumerMember {
@@ -154,7 +177,7 @@ func (s *State) consumerMember(groupID, memberID string, tombstone bool) *consum
 // consumer records when none is left, then the group when nothing is.
 func (s *State) tidyConsumer(groupID, memberID string) {
 	g := s.groups[groupID]
-	if m := g.consumer.members[memberID]; m.meta == nil && m.target == nil && m.current == nil {
+	if m := g.consumer.members[memberID]; m != nil && m.meta == nil && m.target == nil && m.current == nil {
 		delete(g.consumer.members, memberID)
 	}
 	if g.consumer.empty() {

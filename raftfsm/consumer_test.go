@@ -151,8 +151,8 @@ func TestStateKeepsEveryConsumerField(t *testing.T) {
 		msg.Set(fields.ByName("group_id"), protoreflect.ValueOfString("g"))
 		if fd := fields.ByName("member_id"); fd != nil {
 			msg.Set(fd, protoreflect.ValueOfString("m"))
-			msg.Clear(fields.ByName("deleted"))
 		}
+		msg.Clear(fields.ByName("deleted"))
 		want = append(want, r)
 	}
 	if len(want) != 5 {
@@ -434,4 +434,74 @@ func TestClusterConsumerGroupCatchUpBySnapshot(t *testing.T) {
 			sameGroup(t, string(nd.id), d, nd.fsm.FSM)
 		}
 	})
+}
+
+// A conversion's write: an upgrade replaces the classic members by an
+// empty classic record (and no silent members) next to the consumer
+// records; a downgrade removes every consumer record with tombstones
+// (members', then the group's two epoch records) and writes the classic
+// group. Offsets stay throughout, and a snapshot keeps the same state.
+func TestConversionWritesReplaceTheGroupsType(t *testing.T) {
+	f, index := atConsumerFormat(t)
+	write := func(recs ...*pb.Record) {
+		t.Helper()
+		res := applyAt(f, index, writesCmd(t, writeOf("g", nil, recs...)))
+		index++
+		for _, err := range res.Errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(groupRecord("g", 4, "c1", "c2"), offsetRecord("g", "t", 0, 10),
+		&pb.Record{Kind: &pb.Record_MemberSessions{MemberSessions: &pb.MemberSessions{GroupId: "g", Members: []*pb.SilentMember{{MemberId: "c1", SessionEndMs: 5}}}}})
+	if f.state.groups["g"].sessions == nil {
+		t.Fatal("the silent members were not kept")
+	}
+	// The upgrade, as Group.Upgrade writes it.
+	upgrade := []*pb.Record{
+		{Kind: &pb.Record_Group{Group: &pb.GroupRecord{GroupId: "g", ProtocolType: "consumer", Generation: 4}}},
+		{Kind: &pb.Record_MemberSessions{MemberSessions: &pb.MemberSessions{GroupId: "g"}}},
+	}
+	write(append(upgrade, consumerRecs("g", 4, "c1", "c2")...)...)
+	check := func(what string, classicMembers int, consumerMembers []string) {
+		t.Helper()
+		for _, s := range []*State{f.state, restoredState(t, f)} {
+			rec, offs := s.Load("g")
+			if len(rec.GetMembers()) != classicMembers || len(offs) != 1 || s.groups["g"].sessions != nil {
+				t.Fatalf("%s: classic %v, offsets %v, sessions %v", what, rec, offs, s.groups["g"].sessions)
+			}
+			recs := s.ConsumerRecords("g")
+			if got := memberIDs(recs); !slices.Equal(got, consumerMembers) || len(consumerMembers) == 0 && recs != nil {
+				t.Fatalf("%s: consumer records %v", what, recs)
+			}
+		}
+	}
+	check("after the upgrade", 0, []string{"c1", "c2"})
+	// The downgrade, as Group.Downgrade writes it.
+	var downgrade []*pb.Record
+	for _, m := range []string{"c1", "c2"} {
+		downgrade = append(downgrade, tombstones("g", m)...)
+	}
+	downgrade = append(downgrade, coordinator.ConsumerRecordsToProto("g", []coordinator.ConsumerRecord{
+		coordinator.ConsumerTargetEpochRecord{Deleted: true}, coordinator.ConsumerGroupEpochRecord{Deleted: true},
+	})...)
+	write(append(downgrade, groupRecord("g", 5, "c1", "c2"))...)
+	check("after the downgrade", 2, nil)
+	// Group-level tombstones of a group without consumer records create
+	// nothing.
+	write(coordinator.ConsumerRecordsToProto("h", []coordinator.ConsumerRecord{coordinator.ConsumerGroupEpochRecord{Deleted: true}})...)
+	if f.state.groups["h"] != nil {
+		t.Fatal("a tombstone created a group")
+	}
+}
+
+// restoredState is f's state written to a snapshot and read back.
+func restoredState(t *testing.T, f *FSM) *State {
+	t.Helper()
+	g := NewFSM(catalog.New(), quiet)
+	if err := g.Restore(io.NopCloser(bytes.NewReader(encoded(t, f)))); err != nil {
+		t.Fatal(err)
+	}
+	return g.state
 }

@@ -676,9 +676,12 @@ func (x *SilentMember) GetGraceEndMs() int64 {
 
 // ConsumerGroupMetadata sets the group epoch (ConsumerGroupEpochRecord).
 type ConsumerGroupMetadata struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	Epoch         int32                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Epoch   int32                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// A tombstone: the group's epoch is removed (the group stops being a
+	// consumer group, written with its members' tombstones).
+	Deleted       bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -727,6 +730,13 @@ func (x *ConsumerGroupMetadata) GetEpoch() int32 {
 	return 0
 }
 
+func (x *ConsumerGroupMetadata) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 // ConsumerGroupMemberMetadata is a member's subscription and settings
 // (ConsumerMemberRecord).
 type ConsumerGroupMemberMetadata struct {
@@ -744,8 +754,12 @@ type ConsumerGroupMemberMetadata struct {
 	SubscribedTopicNames []string `protobuf:"bytes,9,rep,name=subscribed_topic_names,json=subscribedTopicNames,proto3" json:"subscribed_topic_names,omitempty"`
 	SubscribedTopicRegex string   `protobuf:"bytes,10,opt,name=subscribed_topic_regex,json=subscribedTopicRegex,proto3" json:"subscribed_topic_regex,omitempty"`
 	ServerAssignor       string   `protobuf:"bytes,11,opt,name=server_assignor,json=serverAssignor,proto3" json:"server_assignor,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Set for a member that uses the classic protocol (JoinGroup, SyncGroup,
+	// Heartbeat, LeaveGroup) inside the consumer group (Kafka's
+	// ClassicMemberMetadata).
+	Classic       *ConsumerGroupMemberMetadata_ClassicMemberMetadata `protobuf:"bytes,12,opt,name=classic,proto3" json:"classic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConsumerGroupMemberMetadata) Reset() {
@@ -853,6 +867,13 @@ func (x *ConsumerGroupMemberMetadata) GetServerAssignor() string {
 		return x.ServerAssignor
 	}
 	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata) GetClassic() *ConsumerGroupMemberMetadata_ClassicMemberMetadata {
+	if x != nil {
+		return x.Classic
+	}
+	return nil
 }
 
 // ConsumerTopicPartitions is the partitions of one topic, sorted.
@@ -985,8 +1006,10 @@ type ConsumerGroupTargetAssignmentMetadata struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	GroupId         string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	AssignmentEpoch int32                  `protobuf:"varint,2,opt,name=assignment_epoch,json=assignmentEpoch,proto3" json:"assignment_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// A tombstone: the target assignment's epoch is removed.
+	Deleted       bool `protobuf:"varint,3,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ConsumerGroupTargetAssignmentMetadata) Reset() {
@@ -1031,6 +1054,13 @@ func (x *ConsumerGroupTargetAssignmentMetadata) GetAssignmentEpoch() int32 {
 		return x.AssignmentEpoch
 	}
 	return 0
+}
+
+func (x *ConsumerGroupTargetAssignmentMetadata) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
 }
 
 // ConsumerGroupCurrentMemberAssignment is a member's current assignment and
@@ -1420,6 +1450,121 @@ func (x *WriteFence) GetMemberId() string {
 	return ""
 }
 
+type ConsumerGroupMemberMetadata_ClassicMemberMetadata struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The JoinGroup's protocol type ("consumer").
+	ProtocolType     string `protobuf:"bytes,1,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
+	SessionTimeoutMs int32  `protobuf:"varint,2,opt,name=session_timeout_ms,json=sessionTimeoutMs,proto3" json:"session_timeout_ms,omitempty"`
+	// The JoinGroup's protocols, in the member's order of preference.
+	Protocols     []*ConsumerGroupMemberMetadata_ClassicProtocol `protobuf:"bytes,3,rep,name=protocols,proto3" json:"protocols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicMemberMetadata) Reset() {
+	*x = ConsumerGroupMemberMetadata_ClassicMemberMetadata{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicMemberMetadata) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupMemberMetadata_ClassicMemberMetadata) ProtoMessage() {}
+
+func (x *ConsumerGroupMemberMetadata_ClassicMemberMetadata) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupMemberMetadata_ClassicMemberMetadata.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupMemberMetadata_ClassicMemberMetadata) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{9, 0}
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicMemberMetadata) GetProtocolType() string {
+	if x != nil {
+		return x.ProtocolType
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicMemberMetadata) GetSessionTimeoutMs() int32 {
+	if x != nil {
+		return x.SessionTimeoutMs
+	}
+	return 0
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicMemberMetadata) GetProtocols() []*ConsumerGroupMemberMetadata_ClassicProtocol {
+	if x != nil {
+		return x.Protocols
+	}
+	return nil
+}
+
+type ConsumerGroupMemberMetadata_ClassicProtocol struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// ConsumerProtocol subscription.
+	Metadata      []byte `protobuf:"bytes,2,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicProtocol) Reset() {
+	*x = ConsumerGroupMemberMetadata_ClassicProtocol{}
+	mi := &file_cohort_group_v1_records_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicProtocol) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupMemberMetadata_ClassicProtocol) ProtoMessage() {}
+
+func (x *ConsumerGroupMemberMetadata_ClassicProtocol) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_group_v1_records_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupMemberMetadata_ClassicProtocol.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupMemberMetadata_ClassicProtocol) Descriptor() ([]byte, []int) {
+	return file_cohort_group_v1_records_proto_rawDescGZIP(), []int{9, 1}
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicProtocol) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMemberMetadata_ClassicProtocol) GetMetadata() []byte {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
 var File_cohort_group_v1_records_proto protoreflect.FileDescriptor
 
 const file_cohort_group_v1_records_proto_rawDesc = "" +
@@ -1479,10 +1624,11 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12$\n" +
 	"\x0esession_end_ms\x18\x02 \x01(\x03R\fsessionEndMs\x12 \n" +
 	"\fgrace_end_ms\x18\x03 \x01(\x03R\n" +
-	"graceEndMs\"H\n" +
+	"graceEndMs\"b\n" +
 	"\x15ConsumerGroupMetadata\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\"\xae\x03\n" +
+	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\x98\x06\n" +
 	"\x1bConsumerGroupMemberMetadata\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12\x18\n" +
@@ -1497,7 +1643,15 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\x16subscribed_topic_names\x18\t \x03(\tR\x14subscribedTopicNames\x124\n" +
 	"\x16subscribed_topic_regex\x18\n" +
 	" \x01(\tR\x14subscribedTopicRegex\x12'\n" +
-	"\x0fserver_assignor\x18\v \x01(\tR\x0eserverAssignor\"O\n" +
+	"\x0fserver_assignor\x18\v \x01(\tR\x0eserverAssignor\x12\\\n" +
+	"\aclassic\x18\f \x01(\v2B.cohort.group.v1.ConsumerGroupMemberMetadata.ClassicMemberMetadataR\aclassic\x1a\xc6\x01\n" +
+	"\x15ClassicMemberMetadata\x12#\n" +
+	"\rprotocol_type\x18\x01 \x01(\tR\fprotocolType\x12,\n" +
+	"\x12session_timeout_ms\x18\x02 \x01(\x05R\x10sessionTimeoutMs\x12Z\n" +
+	"\tprotocols\x18\x03 \x03(\v2<.cohort.group.v1.ConsumerGroupMemberMetadata.ClassicProtocolR\tprotocols\x1aA\n" +
+	"\x0fClassicProtocol\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bmetadata\x18\x02 \x01(\fR\bmetadata\"O\n" +
 	"\x17ConsumerTopicPartitions\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
 	"\n" +
@@ -1509,10 +1663,11 @@ const file_cohort_group_v1_records_proto_rawDesc = "" +
 	"\adeleted\x18\x03 \x01(\bR\adeleted\x12H\n" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2(.cohort.group.v1.ConsumerTopicPartitionsR\n" +
-	"partitions\"m\n" +
+	"partitions\"\x87\x01\n" +
 	"%ConsumerGroupTargetAssignmentMetadata\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12)\n" +
-	"\x10assignment_epoch\x18\x02 \x01(\x05R\x0fassignmentEpoch\"\xd4\x03\n" +
+	"\x10assignment_epoch\x18\x02 \x01(\x05R\x0fassignmentEpoch\x12\x18\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xd4\x03\n" +
 	"$ConsumerGroupCurrentMemberAssignment\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12\x1b\n" +
 	"\tmember_id\x18\x02 \x01(\tR\bmemberId\x12\x18\n" +
@@ -1560,49 +1715,53 @@ func file_cohort_group_v1_records_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_group_v1_records_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_cohort_group_v1_records_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_cohort_group_v1_records_proto_goTypes = []any{
-	(ConsumerMemberState)(0),                      // 0: cohort.group.v1.ConsumerMemberState
-	(*MemberRecord)(nil),                          // 1: cohort.group.v1.MemberRecord
-	(*GroupRecord)(nil),                           // 2: cohort.group.v1.GroupRecord
-	(*GenerationReserved)(nil),                    // 3: cohort.group.v1.GenerationReserved
-	(*OffsetRecord)(nil),                          // 4: cohort.group.v1.OffsetRecord
-	(*GroupTombstone)(nil),                        // 5: cohort.group.v1.GroupTombstone
-	(*OffsetTombstone)(nil),                       // 6: cohort.group.v1.OffsetTombstone
-	(*MemberSessions)(nil),                        // 7: cohort.group.v1.MemberSessions
-	(*SilentMember)(nil),                          // 8: cohort.group.v1.SilentMember
-	(*ConsumerGroupMetadata)(nil),                 // 9: cohort.group.v1.ConsumerGroupMetadata
-	(*ConsumerGroupMemberMetadata)(nil),           // 10: cohort.group.v1.ConsumerGroupMemberMetadata
-	(*ConsumerTopicPartitions)(nil),               // 11: cohort.group.v1.ConsumerTopicPartitions
-	(*ConsumerGroupTargetAssignmentMember)(nil),   // 12: cohort.group.v1.ConsumerGroupTargetAssignmentMember
-	(*ConsumerGroupTargetAssignmentMetadata)(nil), // 13: cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
-	(*ConsumerGroupCurrentMemberAssignment)(nil),  // 14: cohort.group.v1.ConsumerGroupCurrentMemberAssignment
-	(*Record)(nil),                                // 15: cohort.group.v1.Record
-	(*WriteFence)(nil),                            // 16: cohort.group.v1.WriteFence
+	(ConsumerMemberState)(0),                                  // 0: cohort.group.v1.ConsumerMemberState
+	(*MemberRecord)(nil),                                      // 1: cohort.group.v1.MemberRecord
+	(*GroupRecord)(nil),                                       // 2: cohort.group.v1.GroupRecord
+	(*GenerationReserved)(nil),                                // 3: cohort.group.v1.GenerationReserved
+	(*OffsetRecord)(nil),                                      // 4: cohort.group.v1.OffsetRecord
+	(*GroupTombstone)(nil),                                    // 5: cohort.group.v1.GroupTombstone
+	(*OffsetTombstone)(nil),                                   // 6: cohort.group.v1.OffsetTombstone
+	(*MemberSessions)(nil),                                    // 7: cohort.group.v1.MemberSessions
+	(*SilentMember)(nil),                                      // 8: cohort.group.v1.SilentMember
+	(*ConsumerGroupMetadata)(nil),                             // 9: cohort.group.v1.ConsumerGroupMetadata
+	(*ConsumerGroupMemberMetadata)(nil),                       // 10: cohort.group.v1.ConsumerGroupMemberMetadata
+	(*ConsumerTopicPartitions)(nil),                           // 11: cohort.group.v1.ConsumerTopicPartitions
+	(*ConsumerGroupTargetAssignmentMember)(nil),               // 12: cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	(*ConsumerGroupTargetAssignmentMetadata)(nil),             // 13: cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	(*ConsumerGroupCurrentMemberAssignment)(nil),              // 14: cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	(*Record)(nil),                                            // 15: cohort.group.v1.Record
+	(*WriteFence)(nil),                                        // 16: cohort.group.v1.WriteFence
+	(*ConsumerGroupMemberMetadata_ClassicMemberMetadata)(nil), // 17: cohort.group.v1.ConsumerGroupMemberMetadata.ClassicMemberMetadata
+	(*ConsumerGroupMemberMetadata_ClassicProtocol)(nil),       // 18: cohort.group.v1.ConsumerGroupMemberMetadata.ClassicProtocol
 }
 var file_cohort_group_v1_records_proto_depIdxs = []int32{
 	1,  // 0: cohort.group.v1.GroupRecord.members:type_name -> cohort.group.v1.MemberRecord
 	8,  // 1: cohort.group.v1.MemberSessions.members:type_name -> cohort.group.v1.SilentMember
-	11, // 2: cohort.group.v1.ConsumerGroupTargetAssignmentMember.partitions:type_name -> cohort.group.v1.ConsumerTopicPartitions
-	0,  // 3: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.state:type_name -> cohort.group.v1.ConsumerMemberState
-	11, // 4: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.assigned_partitions:type_name -> cohort.group.v1.ConsumerTopicPartitions
-	11, // 5: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.partitions_pending_revocation:type_name -> cohort.group.v1.ConsumerTopicPartitions
-	2,  // 6: cohort.group.v1.Record.group:type_name -> cohort.group.v1.GroupRecord
-	4,  // 7: cohort.group.v1.Record.offset:type_name -> cohort.group.v1.OffsetRecord
-	5,  // 8: cohort.group.v1.Record.group_tombstone:type_name -> cohort.group.v1.GroupTombstone
-	6,  // 9: cohort.group.v1.Record.offset_tombstone:type_name -> cohort.group.v1.OffsetTombstone
-	3,  // 10: cohort.group.v1.Record.generation_reserved:type_name -> cohort.group.v1.GenerationReserved
-	7,  // 11: cohort.group.v1.Record.member_sessions:type_name -> cohort.group.v1.MemberSessions
-	9,  // 12: cohort.group.v1.Record.consumer_group_metadata:type_name -> cohort.group.v1.ConsumerGroupMetadata
-	10, // 13: cohort.group.v1.Record.consumer_member_metadata:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata
-	12, // 14: cohort.group.v1.Record.consumer_target_assignment:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMember
-	13, // 15: cohort.group.v1.Record.consumer_target_assignment_metadata:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
-	14, // 16: cohort.group.v1.Record.consumer_current_assignment:type_name -> cohort.group.v1.ConsumerGroupCurrentMemberAssignment
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	17, // 2: cohort.group.v1.ConsumerGroupMemberMetadata.classic:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata.ClassicMemberMetadata
+	11, // 3: cohort.group.v1.ConsumerGroupTargetAssignmentMember.partitions:type_name -> cohort.group.v1.ConsumerTopicPartitions
+	0,  // 4: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.state:type_name -> cohort.group.v1.ConsumerMemberState
+	11, // 5: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.assigned_partitions:type_name -> cohort.group.v1.ConsumerTopicPartitions
+	11, // 6: cohort.group.v1.ConsumerGroupCurrentMemberAssignment.partitions_pending_revocation:type_name -> cohort.group.v1.ConsumerTopicPartitions
+	2,  // 7: cohort.group.v1.Record.group:type_name -> cohort.group.v1.GroupRecord
+	4,  // 8: cohort.group.v1.Record.offset:type_name -> cohort.group.v1.OffsetRecord
+	5,  // 9: cohort.group.v1.Record.group_tombstone:type_name -> cohort.group.v1.GroupTombstone
+	6,  // 10: cohort.group.v1.Record.offset_tombstone:type_name -> cohort.group.v1.OffsetTombstone
+	3,  // 11: cohort.group.v1.Record.generation_reserved:type_name -> cohort.group.v1.GenerationReserved
+	7,  // 12: cohort.group.v1.Record.member_sessions:type_name -> cohort.group.v1.MemberSessions
+	9,  // 13: cohort.group.v1.Record.consumer_group_metadata:type_name -> cohort.group.v1.ConsumerGroupMetadata
+	10, // 14: cohort.group.v1.Record.consumer_member_metadata:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata
+	12, // 15: cohort.group.v1.Record.consumer_target_assignment:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	13, // 16: cohort.group.v1.Record.consumer_target_assignment_metadata:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	14, // 17: cohort.group.v1.Record.consumer_current_assignment:type_name -> cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	18, // 18: cohort.group.v1.ConsumerGroupMemberMetadata.ClassicMemberMetadata.protocols:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata.ClassicProtocol
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_cohort_group_v1_records_proto_init() }
@@ -1631,7 +1790,7 @@ func file_cohort_group_v1_records_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_group_v1_records_proto_rawDesc), len(file_cohort_group_v1_records_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
