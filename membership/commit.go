@@ -55,9 +55,15 @@ func (m *Machine) markedOffsets() map[string]map[int32]int64 {
 }
 
 func (m *Machine) commitRequest(offsets map[string]map[int32]int64) *pb.OffsetCommitRequest {
-	req := &pb.OffsetCommitRequest{GroupId: m.cfg.Group, GenerationId: m.generation, MemberId: m.memberID, RetentionTimeMs: -1}
-	if m.cfg.InstanceID != "" {
-		req.GroupInstanceId = &m.cfg.InstanceID
+	return commitRequest(&m.cfg, m.generation, m.memberID, offsets)
+}
+
+// commitRequest builds an OffsetCommit of offsets in generation (a consumer
+// member's epoch), topics and partitions sorted.
+func commitRequest(cfg *Config, generation int32, memberID string, offsets map[string]map[int32]int64) *pb.OffsetCommitRequest {
+	req := &pb.OffsetCommitRequest{GroupId: cfg.Group, GenerationId: generation, MemberId: memberID, RetentionTimeMs: -1}
+	if cfg.InstanceID != "" {
+		req.GroupInstanceId = &cfg.InstanceID
 	}
 	topics := make([]string, 0, len(offsets))
 	for t := range offsets {
@@ -83,6 +89,18 @@ func (m *Machine) commitRequest(offsets map[string]map[int32]int64) *pb.OffsetCo
 	return req
 }
 
+// firstCode returns the first partition error of a commit answer (0: none).
+func firstCode(r *pb.OffsetCommitResponse) int16 {
+	for _, t := range r.GetTopics() {
+		for _, p := range t.GetPartitions() {
+			if p.GetErrorCode() != 0 {
+				return int16(p.GetErrorCode())
+			}
+		}
+	}
+	return 0
+}
+
 func (m *Machine) onCommit(c commitInFlight, r *pb.OffsetCommitResponse, err error, fx *Effects) {
 	res := m.commitOutcome(c, r, err, fx)
 	if !c.closing {
@@ -99,14 +117,7 @@ func (m *Machine) commitOutcome(c commitInFlight, r *pb.OffsetCommitResponse, er
 		}
 		return fmt.Errorf("%w: %v", ErrCoordinatorNotAvailable, err)
 	}
-	var code int16
-	for _, t := range r.GetTopics() {
-		for _, p := range t.GetPartitions() {
-			if p.GetErrorCode() != 0 && code == 0 {
-				code = int16(p.GetErrorCode())
-			}
-		}
-	}
+	code := firstCode(r)
 	if code == 0 {
 		m.answered(fx)
 		return nil

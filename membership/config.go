@@ -43,6 +43,10 @@ type Config struct {
 	Partitions map[string]int32
 	// ClientID is sent with every request where the protocol has one.
 	ClientID string
+	// ServerAssignor is the assignor a consumer-protocol member asks the
+	// coordinator for (KIP-848: "uniform" or "range"); "" leaves the choice
+	// to the coordinator. The classic protocol ignores it.
+	ServerAssignor string
 	// MetadataMaxAge is how often the leader asks for the partition counts
 	// of the topics it assigned from Metadata (metadata.max.age.ms) and
 	// rejoins when one changed.

@@ -24,6 +24,9 @@ var (
 	// ErrCommitFailed: the generation the commit was made in is gone; the
 	// partitions were reported lost.
 	ErrCommitFailed = errors.New("member: commit failed: the generation is gone")
+	// ErrUnsupported: the group protocol the member speaks has no such
+	// operation (EnforceRebalance under the consumer protocol).
+	ErrUnsupported = errors.New("member: not supported by the group protocol")
 	// ErrConfig: the configuration is invalid.
 	ErrConfig = errors.New("member: invalid configuration")
 )
@@ -31,11 +34,15 @@ var (
 // CodeError is a Kafka error code the member cannot recover from or passes
 // on to a caller. It unwraps to franz-go's kerr error for the code.
 type CodeError struct {
-	Op   string // "join", "sync", "heartbeat", "commit"
-	Code int16
+	Op      string // "join", "sync", "heartbeat", "commit"
+	Code    int16
+	Message string // the coordinator's error message, when it gave one
 }
 
 func (e *CodeError) Error() string {
+	if e.Message != "" {
+		return fmt.Sprintf("member: %s: %v: %s", e.Op, kerr.ErrorForCode(e.Code), e.Message)
+	}
 	return fmt.Sprintf("member: %s: %v", e.Op, kerr.ErrorForCode(e.Code))
 }
 

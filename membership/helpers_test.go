@@ -16,7 +16,8 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // drv drives one machine in virtual time and collects what it asks for.
 type drv struct {
 	t       *testing.T
-	m       *Machine
+	m       *Machine     // nil when sm is a Consumer
+	sm      StateMachine // what the driver drives
 	now     time.Time
 	fx      Effects
 	reqs    []Request
@@ -47,8 +48,9 @@ func newDrv(t *testing.T, cfg Config) *drv {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	d := &drv{t: t, m: New(cfg), now: t0, timers: map[TimerKind]time.Time{}}
-	d.m.Start(d.now, &d.fx)
+	m := New(cfg)
+	d := &drv{t: t, m: m, sm: m, now: t0, timers: map[TimerKind]time.Time{}}
+	d.sm.Start(d.now, &d.fx)
 	d.collect()
 	return d
 }
@@ -80,7 +82,7 @@ func take[T any](d *drv) (uint64, T) {
 		}
 	}
 	var zero T
-	d.t.Fatalf("no %T among requests %s (phase %v)", zero, d.describeReqs(), d.m.Phase())
+	d.t.Fatalf("no %T among requests %s (phase %v)", zero, d.describeReqs(), d.sm.Phase())
 	return 0, zero
 }
 
@@ -89,7 +91,7 @@ func none[T any](d *drv) {
 	d.t.Helper()
 	for _, r := range d.reqs {
 		if _, ok := r.Msg.(T); ok {
-			d.t.Fatalf("unexpected %T among requests %s (phase %v)", r.Msg, d.describeReqs(), d.m.Phase())
+			d.t.Fatalf("unexpected %T among requests %s (phase %v)", r.Msg, d.describeReqs(), d.sm.Phase())
 		}
 	}
 }
@@ -103,7 +105,7 @@ func (d *drv) describeReqs() string {
 }
 
 func (d *drv) respond(id uint64, res any, err error) {
-	d.m.OnResponse(d.now, id, res, err, &d.fx)
+	d.sm.OnResponse(d.now, id, res, err, &d.fx)
 	d.collect()
 }
 
@@ -123,7 +125,7 @@ func (d *drv) advance(dt time.Duration) {
 		}
 		delete(d.timers, next)
 		d.now = at
-		d.m.OnTimer(d.now, next, &d.fx)
+		d.sm.OnTimer(d.now, next, &d.fx)
 		d.collect()
 	}
 	d.now = end
@@ -139,7 +141,7 @@ func (d *drv) fire(k TimerKind) {
 	if at.After(d.now) {
 		d.now = at
 	}
-	d.m.OnTimer(d.now, k, &d.fx)
+	d.sm.OnTimer(d.now, k, &d.fx)
 	d.collect()
 }
 
@@ -165,7 +167,7 @@ func (d *drv) noCallbacks() {
 }
 
 func (d *drv) done(cb Callback) {
-	d.m.OnCallbackDone(d.now, cb.Token, &d.fx)
+	d.sm.OnCallbackDone(d.now, cb.Token, &d.fx)
 	d.collect()
 }
 

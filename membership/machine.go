@@ -55,6 +55,7 @@ const (
 	afterJoin
 	afterSync
 	afterClose
+	afterAck // Consumer: report the revoked partitions gone
 )
 
 // retry says what the retry timer restarts.

@@ -37,6 +37,33 @@ func (s set) minus(o set) set {
 	return out
 }
 
+// equal reports whether s and o hold the same partitions.
+func (s set) equal(o set) bool {
+	if len(s) != len(o) {
+		return false
+	}
+	for tp := range s {
+		if _, ok := o[tp]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// union adds o to s.
+func (s set) union(o set) {
+	for tp := range o {
+		s[tp] = struct{}{}
+	}
+}
+
+// clone returns a copy of s.
+func (s set) clone() set {
+	out := make(set, len(s))
+	out.union(s)
+	return out
+}
+
 // list returns s by topic, topics and partitions sorted.
 func (s set) list() []assignor.TopicPartitions {
 	if len(s) == 0 {

@@ -2,6 +2,8 @@ package member
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"time"
@@ -59,7 +61,7 @@ func sinceEpoch() time.Duration { return time.Since(epoch) }
 // one at a time, and feeds every outcome back as a message.
 type memberActor struct {
 	m    *Member
-	mc   *membership.Machine
+	mc   membership.StateMachine
 	fx   membership.Effects
 	tr   Transport
 	self *actor.PID
@@ -84,12 +86,30 @@ type memberActor struct {
 	lastGen  int32
 	lastID   string
 	lastPh   membership.Phase
+	lastGP   string
+}
+
+// newStateMachine returns the protocol machine cfg selects.
+func newStateMachine(c *config) membership.StateMachine {
+	if c.protocol == membership.ConsumerProtocol {
+		return membership.NewConsumer(c.m, newMemberID())
+	}
+	return membership.New(c.m)
+}
+
+// newMemberID returns a member id for the consumer protocol, which the
+// client generates (ConsumerGroupHeartbeat v1): 16 random bytes in
+// base64url, 22 characters, as the Java client makes them.
+func newMemberID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func newMemberActor(m *Member, tr Transport) *memberActor {
 	return &memberActor{
 		m:       m,
-		mc:      membership.New(m.cfg.m),
+		mc:      newStateMachine(m.cfg),
 		tr:      tr,
 		log:     m.cfg.log.With(slog.String("group", m.group)),
 		lastGen: -1,
@@ -189,14 +209,15 @@ func (a *memberActor) execute(ctx actor.Context) {
 		}
 	}
 	fx.Reset()
-	if changed || a.mc.Generation() != a.lastGen || a.mc.MemberID() != a.lastID || a.mc.Phase() != a.lastPh {
-		a.lastGen, a.lastID, a.lastPh = a.mc.Generation(), a.mc.MemberID(), a.mc.Phase()
+	if changed || a.mc.Generation() != a.lastGen || a.mc.MemberID() != a.lastID || a.mc.Phase() != a.lastPh || a.mc.GroupProtocol() != a.lastGP {
+		a.lastGen, a.lastID, a.lastPh, a.lastGP = a.mc.Generation(), a.mc.MemberID(), a.mc.Phase(), a.mc.GroupProtocol()
 		a.m.state.Store(&snapshot{
-			memberID:   a.lastID,
-			generation: a.lastGen,
-			protocol:   a.mc.Protocol(),
-			phase:      a.lastPh,
-			owned:      a.mc.Owned(),
+			memberID:      a.lastID,
+			generation:    a.lastGen,
+			protocol:      a.mc.Protocol(),
+			groupProtocol: a.lastGP,
+			phase:         a.lastPh,
+			owned:         a.mc.Owned(),
 		})
 	}
 	a.runNext()

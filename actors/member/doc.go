@@ -30,11 +30,25 @@
 // that keeps heartbeating across a leader failover keeps its generation and
 // partitions.
 //
-// Which rebalance protocol a member follows depends on whether the
-// coordinator enforces exclusive ownership: the Kafka transport reads the
-// cohort.exclusive-ownership feature from ApiVersions, the native transport
-// asks the coordinator (CoordinatorFeaturesRequest). With it the member follows the protocol of
-// the assignor the group selected (and revokes everything before SyncGroup
-// on a downgrade); without it, the Java consumer's rule (cooperative only
-// when every configured assignor supports it).
+// Group protocols: the classic one by default, or the consumer protocol of
+// KIP-848 with ConsumerProtocol() (Kafka's group.protocol=consumer), where
+// the coordinator assigns (ServerAssignor("uniform" | "range")) and the
+// member heartbeats with ConsumerGroupHeartbeat: natively as the grouppb
+// message, over Kafka as API 68 v1 with topic ids from Metadata. The
+// callbacks and their guarantees are the same: a revoked partition is
+// reported gone only after Revoked returned, and the member rejoins only
+// after Lost returned. A coordinator that does not serve it answers the first
+// heartbeat UNSUPPORTED_VERSION (the Kafka transport answers so itself when
+// ApiVersions lacks API 68 v1) and the member speaks the classic protocol
+// (GroupProtocol reports which). EnforceRebalance returns ErrUnsupported
+// under the consumer protocol.
+//
+// Under the classic protocol, which rebalance protocol a member follows
+// depends on whether the coordinator enforces exclusive ownership: the Kafka
+// transport reads the cohort.exclusive-ownership feature from ApiVersions,
+// the native transport asks the coordinator (CoordinatorFeaturesRequest).
+// With it the member follows the protocol of the assignor the group selected
+// (and revokes everything before SyncGroup on a downgrade); without it, the
+// Java consumer's rule (cooperative only when every configured assignor
+// supports it).
 package member

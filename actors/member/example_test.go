@@ -33,3 +33,28 @@ func ExampleStart() {
 	err = m.Close(ctx)                     // revoke, commit what is marked, leave
 	_ = err
 }
+
+// A member of the consumer group protocol (KIP-848): the coordinator
+// assigns, with the server assignor named here (compiled, not run).
+func ExampleConsumerProtocol() {
+	system := actor.NewActorSystem()
+	remote.NewRemote(system, remote.Configure("127.0.0.1", 8100)).Start()
+	m, err := member.Start(system, "orders",
+		member.ConsumerProtocol(), member.ServerAssignor("uniform"),
+		member.Topics("orders"), // no Partitions: the coordinator knows the topics
+		member.Bootstrap("127.0.0.1:8090"),
+		member.OnAssigned(func(ctx context.Context, m *member.Member, ps []assignor.TopicPartitions) { /* start */ }),
+		member.OnRevoked(func(ctx context.Context, m *member.Member, ps []assignor.TopicPartitions) {
+			/* finish, m.Commit: the coordinator hands ps to others once this returned */
+		}),
+		member.OnLost(func(ctx context.Context, m *member.Member, ps []assignor.TopicPartitions) { /* stop at once */ }))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = m.GroupProtocol()                  // "consumer", or "classic" where the coordinator does not serve it
+	err = m.EnforceRebalance("scaling up") // member.ErrUnsupported: the coordinator rebalances on its own
+	err = m.Close(ctx)                     // revoke, commit what is marked, leave (epoch -1; -2 when static)
+	_ = err
+}

@@ -27,7 +27,8 @@ const ExclusiveOwnershipFeature = "cohort.exclusive-ownership"
 // addresses (cohortd's --kafka-addr, or any Kafka broker). Requests are
 // franz-go kmsg messages over TCP, one connection per broker, sent to the
 // coordinator FindCoordinator names. Versions are capped at Kafka 3.9's
-// (JoinGroup v9, with reasons).
+// (JoinGroup v9, with reasons), ConsumerGroupHeartbeat at v1 (Kafka 4.0):
+// under the consumer protocol, topic ids come from Metadata.
 func Kafka(seeds ...string) TransportFactory { return KafkaWithOptions(seeds) }
 
 // KafkaTLS is Kafka over TLS with cfg (e.g. tlsconfig.ClientConfig, or a
@@ -52,11 +53,24 @@ type kafkaTransport struct {
 	seeds []string
 	opts  []kgo.Opt
 
-	mu     sync.Mutex
-	conns  map[string]*kgo.Client
-	coord  string
-	next   int
-	closed bool
+	mu    sync.Mutex
+	conns map[string]*kgo.Client
+	coord string
+	// consumerProto: the coordinator lists ConsumerGroupHeartbeat v1.
+	consumerProto bool
+	next          int
+	closed        bool
+
+	ids topicIDs // for ConsumerGroupHeartbeat, which names topics by id
+}
+
+// maxVersions caps requests at Kafka 3.9's versions (JoinGroup v9, with
+// reasons; OffsetCommit v9, which carries a consumer member's epoch), with
+// ConsumerGroupHeartbeat at v1 (Kafka 4.0's).
+func maxVersions() *kversion.Versions {
+	v := kversion.V3_9_0()
+	v.SetMaxKeyVersion(consumerHeartbeatKey, 1)
+	return v
 }
 
 func (t *kafkaTransport) Send(req any, done func(any, error)) {
@@ -86,7 +100,7 @@ func (t *kafkaTransport) client(addr string) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(append(append([]kgo.Opt(nil), t.opts...),
 		kgo.SeedBrokers(addr),
 		kgo.ClientID(t.env.ClientID),
-		kgo.MaxVersions(kversion.V3_9_0()),
+		kgo.MaxVersions(maxVersions()),
 		kgo.RequestRetries(0),
 		kgo.DialTimeout(t.env.RequestTimeout),
 		kgo.RequestTimeoutOverhead(t.env.RequestTimeout),
@@ -176,6 +190,8 @@ func (t *kafkaTransport) do(req any) (any, error) {
 			return nil, err
 		}
 		return commitFromKafka(res.(*kmsg.OffsetCommitResponse)), nil
+	case *pb.ConsumerGroupHeartbeatRequest:
+		return t.consumerHeartbeat(addr, r)
 	case *pb.LeaveGroupRequest:
 		k := kmsg.NewPtrLeaveGroupRequest()
 		k.Group = r.GetGroupId()
@@ -197,7 +213,8 @@ func (t *kafkaTransport) do(req any) (any, error) {
 }
 
 // find asks the seeds in turn for the group's coordinator, then asks the
-// coordinator whether it enforces exclusive ownership.
+// coordinator (ApiVersions) whether it enforces exclusive ownership and
+// whether it serves the consumer protocol.
 func (t *kafkaTransport) find(group string) (any, error) {
 	var errs []error
 	for range t.seeds {
@@ -224,29 +241,28 @@ func (t *kafkaTransport) find(group string) (any, error) {
 			continue
 		}
 		addr := net.JoinHostPort(host, strconv.Itoa(int(port)))
-		exclusive, err := t.exclusive(addr)
+		versions, err := t.apiVersions(addr)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		t.mu.Lock()
-		t.coord = addr
+		t.coord, t.consumerProto = addr, servesConsumerProtocol(versions)
 		t.mu.Unlock()
-		return &membership.CoordinatorFound{Exclusive: exclusive}, nil
+		return &membership.CoordinatorFound{Exclusive: HasExclusiveOwnership(versions)}, nil
 	}
 	return nil, fmt.Errorf("%w for %q: %w", ErrNoCoordinator, group, errors.Join(errs...))
 }
 
-// exclusive reads the coordinator's ApiVersions for the exclusive-ownership
-// feature.
-func (t *kafkaTransport) exclusive(addr string) (bool, error) {
+// apiVersions asks the coordinator at addr for its ApiVersions.
+func (t *kafkaTransport) apiVersions(addr string) (*kmsg.ApiVersionsResponse, error) {
 	req := kmsg.NewPtrApiVersionsRequest()
 	req.ClientSoftwareName, req.ClientSoftwareVersion = "cohort-member", "1"
 	res, err := t.request(addr, req, true)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	return HasExclusiveOwnership(res.(*kmsg.ApiVersionsResponse)), nil
+	return res.(*kmsg.ApiVersionsResponse), nil
 }
 
 // HasExclusiveOwnership reports whether an ApiVersions answer advertises

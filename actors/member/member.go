@@ -22,6 +22,7 @@ var (
 	ErrFenced                  = membership.ErrFenced
 	ErrCommitFailed            = membership.ErrCommitFailed
 	ErrConfig                  = membership.ErrConfig
+	ErrUnsupported             = membership.ErrUnsupported
 	// ErrCloseTimeout: Close's context ended before the member finished
 	// leaving; it was stopped without waiting further.
 	ErrCloseTimeout = errors.New("member: close did not finish in time")
@@ -48,11 +49,12 @@ type Member struct {
 }
 
 type snapshot struct {
-	memberID   string
-	generation int32
-	protocol   string
-	phase      membership.Phase
-	owned      []assignor.TopicPartitions
+	memberID      string
+	generation    int32
+	protocol      string
+	groupProtocol string
+	phase         membership.Phase
+	owned         []assignor.TopicPartitions
 }
 
 // Start starts a member of group on system and returns at once; the member
@@ -70,6 +72,13 @@ func Start(system *actor.ActorSystem, group string, opts ...Opt) (*Member, error
 	}
 	if err := c.m.Validate(); err != nil {
 		return nil, err
+	}
+	switch c.protocol {
+	case "":
+		c.protocol = membership.ClassicProtocol
+	case membership.ClassicProtocol, membership.ConsumerProtocol:
+	default:
+		return nil, fmt.Errorf("%w: group protocol %q (want %q or %q)", ErrConfig, c.protocol, membership.ClassicProtocol, membership.ConsumerProtocol)
 	}
 	if c.requestTimeout <= 0 {
 		return nil, fmt.Errorf("%w: request timeout %v", ErrConfig, c.requestTimeout)
@@ -99,7 +108,7 @@ func Start(system *actor.ActorSystem, group string, opts ...Opt) (*Member, error
 		return nil, err
 	}
 	m := &Member{group: group, system: system, cfg: c, done: make(chan struct{})}
-	m.state.Store(&snapshot{generation: -1})
+	m.state.Store(&snapshot{generation: -1, groupProtocol: c.protocol})
 	props := actor.PropsFromProducer(func() actor.Actor { return newMemberActor(m, tr) })
 	m.pid = system.Root.Spawn(props)
 	return m, nil
@@ -114,14 +123,20 @@ func (m *Member) PID() *actor.PID { return m.pid }
 // Assignment returns the partitions the member owns now.
 func (m *Member) Assignment() []assignor.TopicPartitions { return m.state.Load().owned }
 
-// Generation returns the generation the member is in (-1 when none).
+// Generation returns the generation the member is in, under the consumer
+// protocol its member epoch (-1 when none).
 func (m *Member) Generation() int32 { return m.state.Load().generation }
 
 // MemberID returns the member id the coordinator gave ("" before).
 func (m *Member) MemberID() string { return m.state.Load().memberID }
 
-// Protocol returns the assignor the group selected in the member's generation.
+// Protocol returns the assignor the group selected in the member's
+// generation ("" under the consumer protocol: the coordinator does not say).
 func (m *Member) Protocol() string { return m.state.Load().protocol }
+
+// GroupProtocol returns the group protocol the member speaks: "classic", or
+// "consumer" (ConsumerProtocol) unless the coordinator did not serve it.
+func (m *Member) GroupProtocol() string { return m.state.Load().groupProtocol }
 
 // Phase returns where the member is in its protocol loop.
 func (m *Member) Phase() membership.Phase { return m.state.Load().phase }
@@ -182,6 +197,11 @@ func (m *Member) CommitAsync(offsets map[string]map[int32]int64, done func(error
 // after it), ErrCoordinatorNotAvailable while the coordinator is unknown, and
 // ErrIllegalState after Close. A member that is not in an active group is
 // already rejoining: no error.
+//
+// Under the consumer protocol it returns ErrUnsupported and does nothing:
+// the coordinator reassigns on every change of membership, subscription or
+// topic metadata, and Kafka has no request for a client to force it (a
+// rejoin at epoch 0 gives the member its assignment back, nothing more).
 //
 // Against cohort the rejoin is a real rebalance even when a follower asks:
 // the member's subscription carries its generation, so it differs from the

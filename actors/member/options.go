@@ -22,6 +22,7 @@ type config struct {
 	handler        Handler
 	notify         *actor.PID
 	log            *slog.Logger
+	protocol       string // membership.ClassicProtocol (default) or ConsumerProtocol
 }
 
 // Topics sets the subscription (required).
@@ -40,10 +41,33 @@ func Balancers(bs ...assignor.Balancer) Opt {
 // rebalance.
 func InstanceID(id string) Opt { return func(c *config) { c.m.InstanceID = id } }
 
+// ConsumerProtocol makes the member speak the consumer group protocol
+// (KIP-848, Kafka's group.protocol=consumer): the coordinator assigns, and
+// the member reconciles through ConsumerGroupHeartbeat. Balancers and
+// Partitions do not apply; ServerAssignor names the coordinator's assignor.
+// A coordinator that does not serve the protocol answers the first
+// heartbeat UNSUPPORTED_VERSION, and the member speaks the classic protocol
+// instead (Member.GroupProtocol tells).
+func ConsumerProtocol() Opt { return GroupProtocol(membership.ConsumerProtocol) }
+
+// GroupProtocol selects the group protocol by Kafka's group.protocol name:
+// "classic" (the default) or "consumer" (see ConsumerProtocol).
+func GroupProtocol(name string) Opt { return func(c *config) { c.protocol = name } }
+
+// ServerAssignor names the assignor a consumer-protocol member asks the
+// coordinator for ("uniform" or "range" on cohort and Kafka; default: the
+// coordinator's first).
+func ServerAssignor(name string) Opt { return func(c *config) { c.m.ServerAssignor = name } }
+
 // Rack sets the member's rack (client.rack) for rack-aware assignors.
 func Rack(rack string) Opt { return func(c *config) { c.m.Rack = rack } }
 
-// SessionTimeout sets session.timeout.ms (default 45s).
+// SessionTimeout sets session.timeout.ms (default 45s). Under the consumer
+// protocol the coordinator keeps the session timeout (Kafka's
+// group.consumer.session.timeout.ms) and the member uses this one as its
+// own bound: when no heartbeat was answered for it, counted from the send of
+// the last answered one, its partitions are reported lost and it rejoins.
+// Keep it at most the coordinator's.
 func SessionTimeout(d time.Duration) Opt { return func(c *config) { c.m.SessionTimeout = d } }
 
 // RebalanceTimeout sets the rebalance timeout (max.poll.interval.ms in the
@@ -55,7 +79,9 @@ func SessionTimeout(d time.Duration) Opt { return func(c *config) { c.m.SessionT
 // it joins again as a new member once the callback returns.
 func RebalanceTimeout(d time.Duration) Opt { return func(c *config) { c.m.RebalanceTimeout = d } }
 
-// HeartbeatInterval sets heartbeat.interval.ms (default 3s).
+// HeartbeatInterval sets heartbeat.interval.ms (default 3s). Under the
+// consumer protocol the coordinator's interval, in every answer, replaces
+// it after the first heartbeat.
 func HeartbeatInterval(d time.Duration) Opt { return func(c *config) { c.m.HeartbeatInterval = d } }
 
 // RetryBackoff sets the first and the largest backoff between retries of a
@@ -140,7 +166,8 @@ func (c *config) funcs() *funcHandler {
 // block and may call the member's methods (Commit from Revoked, for example).
 // The member does not send its next JoinGroup (eager), its follow-up
 // JoinGroup (cooperative) or its SyncGroup (downgrade) before Revoked or Lost
-// has returned.
+// has returned; under the consumer protocol it does not report revoked
+// partitions gone, nor rejoin after Lost, before the callback returned.
 type Handler interface {
 	// Assigned: the partitions are now the member's. Called after every
 	// completed rebalance, with the newly added partitions (maybe none).

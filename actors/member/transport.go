@@ -11,7 +11,8 @@ import (
 // Transport carries one member's requests to its group coordinator. The
 // requests are those of the member machine: the native group API messages
 // (*grouppb.JoinGroupRequest, SyncGroupRequest, HeartbeatRequest,
-// OffsetCommitRequest, LeaveGroupRequest) and *machine.FindCoordinator and
+// OffsetCommitRequest, LeaveGroupRequest; ConsumerGroupHeartbeatRequest under
+// the consumer protocol) and *machine.FindCoordinator and
 // *machine.MetadataRequest. Send must not block; done is called exactly once,
 // from any goroutine, with the answer (the matching native response,
 // *machine.CoordinatorFound or *machine.MetadataResponse) or an error.
