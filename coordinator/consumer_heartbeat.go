@@ -181,7 +181,11 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 	upd.classic, upd.joinBefore, upd.syncBefore = nil, time.Time{}, time.Time{}
 	if upd.regex != "" && g.regexes[upd.regex] == nil {
 		if _, err := compileFull(upd.regex); err != nil {
-			return consumerError(ErrInvalidRegularExpression, "SubscribedTopicRegex "+upd.regex+" is invalid: "+err.Error())
+			shown := upd.regex
+			if len(shown) > 200 {
+				shown = shown[:200] + "..."
+			}
+			return consumerError(ErrInvalidRegularExpression, "SubscribedTopicRegex "+shown+" is invalid: "+err.Error())
 		}
 	}
 
@@ -338,9 +342,22 @@ func (g *ConsumerGroup) renameMember(old, upd *consumerMember, fx *ConsumerEffec
 	g.writeMember(m, fx)
 }
 
+// MaxRegexLen bounds a subscription regex. Matching a topic name costs
+// time in proportion to the regex's size, for every topic of the catalog
+// whenever it changes; a regex of 100,000 characters took the group tens of
+// milliseconds per topic. Kafka sets no bound; clients send short ones
+// (franz-go joins its patterns into one alternation).
+const MaxRegexLen = 4096
+
+// errRegexTooLong refuses a regex longer than MaxRegexLen.
+var errRegexTooLong = fmt.Errorf("longer than %d characters", MaxRegexLen)
+
 // compileFull compiles a subscription regex with full-match semantics
 // (Kafka's RE2/J matches(): the whole topic name must match).
 func compileFull(expr string) (*regexp.Regexp, error) {
+	if len(expr) > MaxRegexLen {
+		return nil, errRegexTooLong
+	}
 	if _, err := regexp.Compile(expr); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -360,5 +361,58 @@ func checkOneOwner(t *testing.T, members []*kafkaMember, all map[[16]byte][]int3
 				owner[tp{id, p}] = m.id
 			}
 		}
+	}
+}
+
+// Bad first heartbeats each get Kafka's error code, change nothing, and the
+// node keeps serving on the same connection: an invalid regular
+// expression, an unknown server assignor, a join without a rebalance
+// timeout, a join that claims partitions, an epoch below -2, and a regular
+// expression of 100,000 characters (INVALID_REGULAR_EXPRESSION: a regex
+// costs every topic match time in proportion to its size).
+func TestConsumerGroupBadHeartbeats(t *testing.T) {
+	s := startConsumerServer(t, nil)
+	c := dial(t, s.l.Addr())
+	join := func() *kmsg.ConsumerGroupHeartbeatRequest {
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.SetVersion(1)
+		req.Group, req.MemberID, req.RebalanceTimeoutMillis = "bad", "m1", 30_000
+		req.SubscribedTopicNames = []string{"orders"}
+		req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		return req
+	}
+	huge := strings.Repeat("(orders)|", 11_111) + "x"
+	cases := []struct {
+		name string
+		mod  func(*kmsg.ConsumerGroupHeartbeatRequest)
+		code int16
+	}{
+		{"invalid regex", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames, r.SubscribedTopicRegex = nil, kmsg.StringPtr("orders(") }, kerr.InvalidRegularExpression.Code},
+		{"unknown assignor", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = kmsg.StringPtr("sticky") }, kerr.UnsupportedAssignor.Code},
+		{"no rebalance timeout", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.RebalanceTimeoutMillis = -1 }, kerr.InvalidRequest.Code},
+		{"join claiming partitions", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{owned(s.orders, 0)} }, kerr.InvalidRequest.Code},
+		{"null owned partitions", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Topics = nil }, kerr.InvalidRequest.Code},
+		{"epoch -3", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = -3 }, kerr.InvalidRequest.Code},
+		{"blank instance id", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.InstanceID = kmsg.StringPtr(" ") }, kerr.InvalidRequest.Code},
+	}
+	for _, tc := range cases {
+		req := join()
+		tc.mod(req)
+		r := c.do(req).(*kmsg.ConsumerGroupHeartbeatResponse)
+		if r.ErrorCode != tc.code || r.ErrorMessage == nil || r.MemberEpoch != 0 || r.Assignment != nil {
+			t.Errorf("%s: error %d %v epoch %d, want %d", tc.name, r.ErrorCode, r.ErrorMessage, r.MemberEpoch, tc.code)
+		}
+	}
+	req := join()
+	req.SubscribedTopicNames, req.SubscribedTopicRegex = nil, &huge
+	if r := c.do(req).(*kmsg.ConsumerGroupHeartbeatResponse); r.ErrorCode != kerr.InvalidRegularExpression.Code || len(*r.ErrorMessage) > 300 {
+		t.Errorf("a 100,000-character regex: error %d %v", r.ErrorCode, r.ErrorMessage)
+	}
+	// None of them changed the group: a valid join is its first member.
+	ok := join()
+	ok.MemberID = "m2"
+	r := c.do(ok).(*kmsg.ConsumerGroupHeartbeatResponse)
+	if r.ErrorCode != 0 || r.MemberEpoch != 1 {
+		t.Fatalf("valid join after the bad ones: error %d %v epoch %d", r.ErrorCode, r.ErrorMessage, r.MemberEpoch)
 	}
 }
