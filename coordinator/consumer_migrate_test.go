@@ -637,3 +637,27 @@ func TestMigrationClassicMembersInConsumerGroup(t *testing.T) {
 		t.Fatalf("the empty consumer group was not taken: consumer %v", h.g.Consumer() != nil)
 	}
 }
+
+// A downgrade keeps the generation the classic members know (the group
+// epoch before the last consumer-protocol member left), so their next
+// heartbeat is told REBALANCE_IN_PROGRESS, not ILLEGAL_GENERATION, which
+// ends a client's session.
+func TestMigrationDowngradeKeepsTheClassicGeneration(t *testing.T) {
+	h := newMigHarness(t, map[string]int32{"t": 4})
+	c := h.addClassic(assignor.CooperativeSticky(), "t")
+	h.settle()
+	k := h.addConsumer("t")
+	h.settle()
+	epoch := h.g.Consumer().Epoch()
+	if c.gen != epoch {
+		t.Fatalf("classic member at generation %d, group epoch %d", c.gen, epoch)
+	}
+	h.leaveClient(k)
+	if h.g.Consumer() != nil || h.g.Generation() != epoch {
+		t.Fatalf("after the downgrade: consumer %v, generation %d, want %d", h.g.Consumer() != nil, h.g.Generation(), epoch)
+	}
+	_, r := h.classic(&pb.HeartbeatRequest{GroupId: "g", MemberId: c.memberID, GenerationId: c.gen})
+	if code := r.(*pb.HeartbeatResponse).GetErrorCode(); code != ErrRebalanceInProgress {
+		t.Fatalf("classic member's heartbeat after the downgrade: %d, want REBALANCE_IN_PROGRESS", code)
+	}
+}
