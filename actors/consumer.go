@@ -35,8 +35,12 @@ func (c *consumerEnv) catalog() (uint64, map[string]int32) {
 type consumerSide struct {
 	fx       coordinator.ConsumerEffects
 	topicsAt uint64 // catalog version the machine last saw
-	issued   uint64 // writes issued
-	done     uint64 // writes completed, in order
+	issued   uint64 // writes issued, numbered from 1
+	// done is the highest write number completed. The store applies a
+	// group's writes in order but may report them out of order: a write
+	// reported done means every earlier one was applied too.
+	done     uint64
+	inflight int // writes not reported yet
 	waiting  []consumerReply
 	// failed is the error of a write that failed: the machine's state is
 	// ahead of the store, so every answer is an error until the writes in
@@ -164,6 +168,7 @@ func (a *groupActor) executeConsumer(ctx actor.Context) {
 	}
 	if len(cs.fx.Records) > 0 {
 		cs.issued++
+		cs.inflight++
 		self, root, token := a.self, a.env.system.Root, cs.issued
 		a.env.store.Append(a.id, coordinator.ConsumerRecordsToProto(a.id, cs.fx.Records), nil, func(err error) {
 			root.Send(self, &consumerPersisted{incarnation: a, token: token, err: err})
@@ -180,7 +185,8 @@ func (a *groupActor) executeConsumer(ctx actor.Context) {
 // which loads it from the store as a takeover does.
 func (a *groupActor) onConsumerPersisted(ctx actor.Context, m *consumerPersisted) {
 	cs := &a.consumer
-	cs.done = m.token
+	cs.done = max(cs.done, m.token)
+	cs.inflight--
 	if m.err != nil && cs.failed == nil {
 		cs.failed = m.err
 		a.env.log.Warn("consumer group write failed; the group is loaded again from the store", "group", a.id, "err", m.err)
@@ -200,7 +206,7 @@ func (a *groupActor) onConsumerPersisted(ctx actor.Context, m *consumerPersisted
 	}
 	clear(cs.waiting[n:])
 	cs.waiting = cs.waiting[:n]
-	if cs.failed != nil && cs.done == cs.issued {
+	if cs.failed != nil && cs.inflight == 0 {
 		a.onStopping(ctx)
 		a.behavior.Become(a.dead)
 		ctx.Send(ctx.Parent(), &groupReload{id: a.id, pid: ctx.Self()})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -364,4 +365,59 @@ func mustGauge(t *testing.T, reg *prometheus.Registry, name, state string) prome
 	}
 	t.Fatalf("no %s{state=%q}", name, state)
 	return nil
+}
+
+// reorderStore reports a group's first two writes the second first, and
+// the others as they come: the Raft store completes each entry from a
+// goroutine of its own, so a later write may be reported before an earlier
+// one.
+type reorderStore struct {
+	*raftfsm.MemoryStore
+	mu      sync.Mutex
+	writes  int
+	pending func()
+}
+
+func (s *reorderStore) Append(groupID string, recs []*pb.Record, fence *pb.WriteFence, done func(error)) {
+	s.MemoryStore.Append(groupID, recs, fence, func(err error) {
+		s.mu.Lock()
+		s.writes++
+		n, first := s.writes, s.pending
+		if n == 1 {
+			s.pending = func() { done(err) }
+		}
+		s.mu.Unlock()
+		if n == 1 {
+			return
+		}
+		done(err)
+		if n == 2 {
+			first()
+		}
+	})
+}
+
+// Writes reported out of order hold no answer back: every heartbeat is
+// answered once the writes before it are done, whatever order the store
+// reports them in.
+func TestConsumerGroupWritesReportedOutOfOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		svc := startConsumerService(t, &reorderStore{MemoryStore: raftfsm.NewMemoryStore()}, nil)
+		a, b := &consumerMember{id: "member-a"}, &consumerMember{id: "member-b"}
+		var wg sync.WaitGroup
+		wg.Go(func() { a.beat(t, svc, "g") }) // its write is reported after b's
+		synctest.Wait()
+		b.beat(t, svc, "g")
+		wg.Wait()
+		// Both writes are reported: an answer that writes nothing comes at
+		// once (it waited forever when the last report was the earlier
+		// write's).
+		if d := ask[*pb.ConsumerGroupDescribeResponse](t, svc, &pb.ConsumerGroupDescribeRequest{GroupId: "g"}); d.GroupEpoch != 2 {
+			t.Fatalf("describe: %v", d)
+		}
+		converge(t, svc, "g", []*consumerMember{a, b})
+		if a.epoch != 2 || b.epoch != 2 || len(a.owned)+len(b.owned) != 6 {
+			t.Fatalf("a %d %v, b %d %v", a.epoch, a.owned, b.epoch, b.owned)
+		}
+	})
 }

@@ -108,12 +108,11 @@ func (g *Group) validateConsumerCommit(req *pb.OffsetCommitRequest) int32 {
 // validateConsumerFetch checks an OffsetFetch v9+ that names a member of a
 // consumer group (Kafka's ConsumerGroup.validateOffsetFetch): the member
 // must exist (UNKNOWN_MEMBER_ID) and the epoch be its current one
-// (STALE_MEMBER_EPOCH); a fetch without a member and with a negative epoch
-// (an admin's, or an older version's) is not checked, nor is any fetch of a
-// classic group.
+// (STALE_MEMBER_EPOCH); a fetch that names no member (an admin's, or an
+// older version's) is not checked, nor is any fetch of a classic group.
 func (g *Group) validateConsumerFetch(req *pb.OffsetFetchRequest) int32 {
 	c := g.consumer
-	if c == nil || (req.MemberId == nil && req.GetMemberEpoch() < 0) {
+	if c == nil || req.MemberId == nil {
 		return ErrNone
 	}
 	m := c.members[req.GetMemberId()]

@@ -1,9 +1,11 @@
 package coordinator
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
@@ -60,9 +62,31 @@ func TestNotCoordinatorAnswers(t *testing.T) {
 			{&pb.DescribeGroupRequest{GroupId: "g"}, &pb.DescribeGroupResponse{ErrorCode: code, GroupId: "g"}},
 			{&pb.DeleteGroupRequest{GroupId: "g"}, &pb.DeleteGroupResponse{ErrorCode: code, GroupId: "g"}},
 			{&pb.ListGroupsRequest{}, &pb.ListGroupsResponse{ErrorCode: code}},
+			{&pb.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: "m"}, &pb.ConsumerGroupHeartbeatResponse{ErrorCode: code}},
+			{&pb.ConsumerGroupDescribeRequest{GroupId: "g"}, &pb.ConsumerGroupDescribeResponse{ErrorCode: code, GroupId: "g"}},
 		}
 		for _, tc := range cases {
 			checkMsg(t, string(tc.req.ProtoReflect().Descriptor().Name()), tc.want, NotCoordinator(tc.req, code))
+		}
+	}
+}
+
+// Every native request of a group has a NOT_COORDINATOR answer: one without
+// is answered nil, which its caller takes for a failed call.
+func TestNotCoordinatorAnswersEveryRequest(t *testing.T) {
+	msgs := pb.File_cohort_group_v1_api_proto.Messages()
+	for i := range msgs.Len() {
+		d := msgs.Get(i)
+		name := string(d.Name())
+		if !strings.HasSuffix(name, "Request") || name == "CoordinatorFeaturesRequest" {
+			continue
+		}
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(d.FullName())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if NotCoordinator(mt.New().Interface(), ErrNotCoordinator) == nil {
+			t.Errorf("%s has no NOT_COORDINATOR answer", name)
 		}
 	}
 }

@@ -40,6 +40,10 @@ func NotCoordinator(req proto.Message, code int32) proto.Message {
 		return &pb.DeleteGroupResponse{ErrorCode: code, GroupId: r.GetGroupId()}
 	case *pb.ListGroupsRequest:
 		return &pb.ListGroupsResponse{ErrorCode: code}
+	case *pb.ConsumerGroupHeartbeatRequest:
+		return &pb.ConsumerGroupHeartbeatResponse{ErrorCode: code}
+	case *pb.ConsumerGroupDescribeRequest:
+		return &pb.ConsumerGroupDescribeResponse{ErrorCode: code, GroupId: r.GetGroupId()}
 	}
 	return nil
 }

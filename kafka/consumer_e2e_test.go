@@ -387,10 +387,14 @@ func TestConsumerGroupBadHeartbeats(t *testing.T) {
 		mod  func(*kmsg.ConsumerGroupHeartbeatRequest)
 		code int16
 	}{
-		{"invalid regex", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.SubscribedTopicNames, r.SubscribedTopicRegex = nil, kmsg.StringPtr("orders(") }, kerr.InvalidRegularExpression.Code},
+		{"invalid regex", func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.SubscribedTopicNames, r.SubscribedTopicRegex = nil, kmsg.StringPtr("orders(")
+		}, kerr.InvalidRegularExpression.Code},
 		{"unknown assignor", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.ServerAssignor = kmsg.StringPtr("sticky") }, kerr.UnsupportedAssignor.Code},
 		{"no rebalance timeout", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.RebalanceTimeoutMillis = -1 }, kerr.InvalidRequest.Code},
-		{"join claiming partitions", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{owned(s.orders, 0)} }, kerr.InvalidRequest.Code},
+		{"join claiming partitions", func(r *kmsg.ConsumerGroupHeartbeatRequest) {
+			r.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{owned(s.orders, 0)}
+		}, kerr.InvalidRequest.Code},
 		{"null owned partitions", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.Topics = nil }, kerr.InvalidRequest.Code},
 		{"epoch -3", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.MemberEpoch = -3 }, kerr.InvalidRequest.Code},
 		{"blank instance id", func(r *kmsg.ConsumerGroupHeartbeatRequest) { r.InstanceID = kmsg.StringPtr(" ") }, kerr.InvalidRequest.Code},

@@ -87,6 +87,9 @@ func serveCohort(metricsOff bool) int {
 	cfg.Consumer.SessionTimeout = benchSession
 	cfg.Raft.RaftAddr = "127.0.0.1:0"
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if os.Getenv("COHORT_BENCH_SERVER_LOG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	cfg.MetricsOff = metricsOff
 	n, err := node.Start(cfg)
 	if err != nil {

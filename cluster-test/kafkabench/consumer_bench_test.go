@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,10 +35,12 @@ type cgMember struct {
 	topicID   [16]byte
 	owned     []int32 // sorted
 	changed   bool    // the last answer changed what it owns
+	retried   string  // the last coordinator error answered
 }
 
-// cgRequests counts the ConsumerGroupHeartbeats the formations send.
-var cgRequests atomic.Int64
+// cgRequests counts the ConsumerGroupHeartbeats the formations send, and
+// cgRetries those answered with a coordinator error.
+var cgRequests, cgRetries atomic.Int64
 
 // cgHeartbeat is m's next ConsumerGroupHeartbeat: a full join at epoch 0,
 // then what it owns at its epoch (a keepalive would leave the owned
@@ -62,8 +65,19 @@ func cgHeartbeat(m *cgMember, topic string) *kmsg.ConsumerGroupHeartbeatRequest 
 	return r
 }
 
-// adopt takes a heartbeat's answer as a client does.
+// adopt takes a heartbeat's answer as a client does: a coordinator error
+// (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS)
+// leaves the member as it was, to send the same heartbeat again.
 func (m *cgMember) adopt(r *kmsg.ConsumerGroupHeartbeatResponse) error {
+	switch r.ErrorCode {
+	case 14, 15, 16:
+		cgRetries.Add(1)
+		m.retried = fmt.Sprintf("error %d %v", r.ErrorCode, r.ErrorMessage)
+		if r.ErrorMessage != nil {
+			m.retried = fmt.Sprintf("error %d %s", r.ErrorCode, *r.ErrorMessage)
+		}
+		return nil
+	}
 	if r.ErrorCode != 0 {
 		msg := ""
 		if r.ErrorMessage != nil {
@@ -115,7 +129,11 @@ func cgForm(c *pconn, ms []*cgMember, topic string, partitions int, poll time.Du
 	deadline := time.Now().Add(2 * time.Minute)
 	for !settled(ms, partitions) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("group %s: not settled in time", ms[0].group)
+			var state []string
+			for _, m := range ms {
+				state = append(state, fmt.Sprintf("%s epoch %d owns %v changed %v last retried on %s", m.id, m.epoch, m.owned, m.changed, m.retried))
+			}
+			return fmt.Errorf("group %s: not settled in time: %s", ms[0].group, strings.Join(state, "; "))
 		}
 		var wg sync.WaitGroup
 		errs := make([]error, len(ms))
@@ -232,7 +250,7 @@ func BenchmarkConsumerFormation(b *testing.B) {
 			b.Run(name+"/"+protocol, func(b *testing.B) {
 				defer s.profile("formation-" + protocol + "." + name)()
 				var cpu, took time.Duration
-				r0 := cgRequests.Load()
+				r0, rr0 := cgRequests.Load(), cgRetries.Load()
 				j0, s0, h0 := formRequests.joins.Load(), formRequests.syncs.Load(), formRequests.heartbeats.Load()
 				m0 := readMachineTimes()
 				for range b.N {
@@ -252,6 +270,7 @@ func BenchmarkConsumerFormation(b *testing.B) {
 				b.ReportMetric(n/took.Seconds(), "groups/s")
 				if protocol == "consumer" {
 					b.ReportMetric(float64(cgRequests.Load()-r0)/n, "heartbeats/group")
+					b.ReportMetric(float64(cgRetries.Load()-rr0)/n, "retried/group")
 				} else {
 					b.ReportMetric(float64(formRequests.joins.Load()-j0+formRequests.syncs.Load()-s0+formRequests.heartbeats.Load()-h0)/n, "requests/group")
 				}

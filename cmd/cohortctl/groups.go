@@ -125,11 +125,11 @@ type groupState struct {
 	State         string `json:"state"`
 	// Type is "classic", or "consumer" for a group of the consumer group
 	// protocol (KIP-848), whose generation is its group epoch.
-	Type          string `json:"type"`
-	ProtocolType  string `json:"protocol_type"`
-	Protocol      string `json:"protocol"`
-	Generation    *int32 `json:"generation"`
-	NumMembers    int    `json:"num_members"`
+	Type         string `json:"type"`
+	ProtocolType string `json:"protocol_type"`
+	Protocol     string `json:"protocol"`
+	Generation   *int32 `json:"generation"`
+	NumMembers   int    `json:"num_members"`
 	// AssignmentEpoch is a consumer group's target assignment epoch.
 	AssignmentEpoch *int32 `json:"assignment_epoch,omitempty"`
 }

@@ -1345,7 +1345,7 @@ type OffsetFetchRequest struct {
 	Topics        []*TopicPartitions `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
 	RequireStable bool               `protobuf:"varint,4,opt,name=require_stable,json=requireStable,proto3" json:"require_stable,omitempty"`
 	// OffsetFetch v9+: the consumer-protocol member that fetches, and its
-	// member epoch (-1 and no member: an admin fetch, not checked).
+	// member epoch (no member: an admin fetch, not checked).
 	MemberId      *string `protobuf:"bytes,5,opt,name=member_id,json=memberId,proto3,oneof" json:"member_id,omitempty"`
 	MemberEpoch   int32   `protobuf:"varint,6,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
