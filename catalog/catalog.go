@@ -144,19 +144,26 @@ func (c *Catalog) Apply(cmd Command) error {
 }
 
 // CheckGrow reports whether t may grow to partitions (GrowTopic's rules):
-// ErrInvalidPartitions, with Kafka's wording, unless partitions is above
-// t's count and at most MaxPartitions.
+// an error wrapping ErrInvalidPartitions, which reads as Kafka's message,
+// unless partitions is above t's count and at most MaxPartitions.
 func CheckGrow(t Topic, partitions int32) error {
 	switch {
 	case partitions == t.Partitions:
-		return fmt.Errorf("%w: topic already has %d partition(s)", ErrInvalidPartitions, t.Partitions)
+		return growError(fmt.Sprintf("Topic already has %d partition(s).", t.Partitions))
 	case partitions < t.Partitions:
-		return fmt.Errorf("%w: the topic %s currently has %d partition(s); %d would not be an increase", ErrInvalidPartitions, t.Name, t.Partitions, partitions)
+		return growError(fmt.Sprintf("The topic %s currently has %d partition(s); %d would not be an increase.", t.Name, t.Partitions, partitions))
 	case partitions > MaxPartitions:
-		return fmt.Errorf("%w: %d partitions requested, a topic has at most %d", ErrInvalidPartitions, partitions, MaxPartitions)
+		return growError(fmt.Sprintf("The topic %s would have %d partitions; a topic has at most %d.", t.Name, partitions, MaxPartitions))
 	}
 	return nil
 }
+
+// growError is a refused GrowTopic: ErrInvalidPartitions, worded as Kafka
+// words it, so the Kafka listener can answer with the error's text.
+type growError string
+
+func (e growError) Error() string { return string(e) }
+func (e growError) Unwrap() error { return ErrInvalidPartitions }
 
 // Get returns a topic by name.
 func (c *Catalog) Get(name string) (Topic, bool) {
