@@ -111,47 +111,21 @@
 // that ConsumerRecordsFromProto and RestoreConsumerGroup rebuild the same
 // group from. A GroupTombstone removes a group's records of both types.
 //
-// Still to wire for issue 30 (nothing outside coordinator/, assignor/ and
-// raftfsm/ knows this machine yet):
+// Where the machine runs: the group actor (actors/consumer.go) hands the
+// Group every ConsumerGroupHeartbeat, every classic request while a
+// consumer group is attached, and every consumer timer (consumer_migrate.go),
+// writes each call's records in one write before any answer, and loads the
+// group again from the store after a failed write or a takeover. The Kafka
+// listener (kafka/consumer.go) maps ConsumerGroupHeartbeat and
+// ConsumerGroupDescribe (API keys 68 and 69) to the native messages, topic
+// ids to names through the catalog. Commits and fetches (OffsetCommit and
+// OffsetFetch v9+) are checked against member epochs (consumer_host.go).
 //
-//   - Wire: ConsumerGroupHeartbeat (API key 68, v0-v1) and
-//     ConsumerGroupDescribe (69, v0-v1) in kafka/, mapping kmsg to
-//     ConsumerHeartbeatRequest (nullable fields: nil is null, as in kmsg)
-//     and topic ids to names through the catalog, which must hand out stable
-//     topic UUIDs; ApiVersions advertising (and the group.version feature),
-//     a flag to turn the protocol off (UNSUPPORTED_VERSION), ListGroups
-//     type "consumer", DescribeGroups v6. Describe maps from Members(),
-//     State(), Epoch(), AssignmentEpoch() and AssignorName(). Fuzz the
-//     decoders.
-//   - Actors: the group actor holds either a classic Group or a
-//     ConsumerGroup (a behavior per type) and executes ConsumerEffects:
-//     Store.Append(id, ConsumerRecordsToProto(id, fx.Records), nil, done),
-//     one write per call, before the reply (an ErrStoreUnavailable below log
-//     format 4 answers COORDINATOR_NOT_AVAILABLE, or the wire layer does not
-//     advertise the API until raftfsm's FSM.LogFormat() is 4), ConsumerTimer
-//     keys; it calls SetTopics on catalog changes and, on takeover,
-//     RestoreConsumerGroup(ConsumerRecordsFromProto(store.ConsumerRecords(id)))
-//     + ArmAll. The actors' Store interface needs ConsumerRecords, and
-//     loading groups must tell the types apart: a group id with consumer
-//     records is a consumer group (raftfsm keeps a classic record next to
-//     them if one was written, and leaves the choice to the owner). A group
-//     id has one type: a heartbeat at epoch != 0 to a classic group, or
-//     classic requests to a consumer group, answer GROUP_ID_NOT_FOUND /
-//     INCONSISTENT_GROUP_PROTOCOL until migration exists. Deleting a consumer
-//     group (DeleteGroups, offsets expiry) writes a GroupTombstone.
-//   - Migration: the group actor calls the entry points above (it still
-//     refuses classic requests to consumer groups itself); ConsumerGroupDescribe
-//     v1's MemberType (KIP-1099) from ConsumerMemberView.Classic; a
-//     downgrade when a classic static member replaces the last consumer
-//     one (Kafka does it, Stable when nothing changed) is not done: the
-//     replaced member's seat passes to the classic member and the group
-//     stays a consumer group; commits of classic members inside a
-//     consumer group answer ILLEGAL_GENERATION where Kafka does.
-//   - Offsets: OffsetCommit/OffsetFetch v9+ member-epoch checks need the
-//     member's epoch and assigned partitions (Members() has them); the
-//     offset store of offsets.go belongs to the classic Group today.
-//   - Member library (member/, actors/member): the consumer protocol as an
-//     option, with the same callbacks.
-//   - Operators: cohortctl, the status page and /metrics for consumer groups.
+// Left to do: a downgrade when a classic static member replaces the last
+// consumer-protocol member (Kafka does it; here the seat passes to the
+// classic member and the group stays a consumer group); Kafka 4.3's
+// per-partition commit check (KIP-1251: a commit at an older epoch for
+// partitions the member still holds) in place of 4.0's epoch equality;
+// rack-aware assignment; asynchronous, batched regex resolution.
 
 package coordinator

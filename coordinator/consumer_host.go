@@ -96,6 +96,10 @@ func (g *Group) validateConsumerCommit(req *pb.OffsetCommitRequest) int32 {
 		return ErrUnknownMemberID
 	}
 	if epoch != m.epoch {
+		if m.classic != nil {
+			// A classic member knows its epoch as a generation.
+			return ErrIllegalGeneration
+		}
 		return ErrStaleMemberEpoch
 	}
 	return ErrNone

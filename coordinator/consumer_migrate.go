@@ -57,9 +57,9 @@ import (
 // answer once the write is done.
 func (g *Group) ConsumerHeartbeat(cfg *ConsumerConfig, topics map[string]int32, req *ConsumerHeartbeatRequest, now time.Time, cfx *ConsumerEffects, fx *Effects) ConsumerHeartbeatResponse {
 	if cg := g.consumer; cg != nil {
-		before := cg.numConsumerProtocol()
+		before, epoch := cg.numConsumerProtocol(), cg.epoch
 		resp := cg.Heartbeat(req, now, cfx)
-		g.maybeDowngrade(before, now, cfx, fx)
+		g.maybeDowngrade(before, epoch, now, cfx, fx)
 		return resp
 	}
 	if g.state == Dead {
@@ -105,9 +105,9 @@ func (g *Group) ConsumerTimer(kind ConsumerTimerKind, member string, now time.Ti
 	if cg == nil {
 		return false
 	}
-	before := cg.numConsumerProtocol()
+	before, epoch := cg.numConsumerProtocol(), cg.epoch
 	removed := cg.OnTimer(kind, member, now, cfx)
-	g.maybeDowngrade(before, now, cfx, fx)
+	g.maybeDowngrade(before, epoch, now, cfx, fx)
 	return removed
 }
 
@@ -329,27 +329,33 @@ func (g *Group) RetireClassic(now time.Time, fx *Effects) {
 
 // maybeDowngrade converts the attached consumer group into a classic group
 // when the call just made removed its last consumer-protocol member
-// (before is how many it had) and only classic members remain.
-func (g *Group) maybeDowngrade(before int, now time.Time, cfx *ConsumerEffects, fx *Effects) {
+// (before is how many it had, epoch the group epoch before it) and only
+// classic members remain.
+func (g *Group) maybeDowngrade(before int, epoch int32, now time.Time, cfx *ConsumerEffects, fx *Effects) {
 	cg := g.consumer
 	if before == 0 || cg.numConsumerProtocol() > 0 || len(cg.members) == 0 ||
 		!cg.cfg.MigrationPolicy.DowngradeEnabled() || len(cg.members) > g.cfg.maxSize() {
 		return
 	}
-	g.Downgrade(now, cfx, fx)
+	g.Downgrade(epoch, now, cfx, fx)
 }
 
 // Downgrade converts the attached consumer group, whose members all use
 // the classic protocol, into this classic group (Kafka's
 // convertToClassicGroup and ClassicGroup.fromConsumerGroup): cfx gets the
 // removal of every consumer record and the classic record, fx the classic
-// timers of a rebalance.
-func (g *Group) Downgrade(now time.Time, cfx *ConsumerEffects, fx *Effects) {
+// timers of a rebalance. generation is the group epoch before the call
+// that removed the last consumer-protocol member: the classic members know
+// it as their generation, so their next Heartbeat is told
+// REBALANCE_IN_PROGRESS (not ILLEGAL_GENERATION, which ends a client's
+// session), and the rebalance forms the next generation (Kafka builds the
+// classic group from the consumer group before the member's removal).
+func (g *Group) Downgrade(generation int32, now time.Time, cfx *ConsumerEffects, fx *Effects) {
 	cg := g.consumer
 	cg.writeGroupTombstones(cfx)
 	g.consumer = nil
 	g.protocolType = consumerProtocolType
-	g.generation = cg.epoch
+	g.generation = generation
 	g.floor = max(g.floor, g.generation)
 	for _, id := range cg.memberIDs() {
 		cm := cg.members[id]

@@ -219,6 +219,8 @@ func (h *migHarness) classic(req proto.Message) (int, proto.Message) {
 		fx.reply(hd, HeartbeatAnswer(h.g.Heartbeat(h.now, r, &fx)))
 	case *pb.LeaveGroupRequest:
 		h.g.Leave(h.now, r, hd, &fx)
+	case *pb.OffsetCommitRequest:
+		h.g.Commit(h.now, r, hd, &fx)
 	}
 	h.exec(&fx, nil)
 	return hd, h.replies[hd]
@@ -581,6 +583,22 @@ func TestMigrationClassicMembersInConsumerGroup(t *testing.T) {
 		t.Fatalf("join: %v", jr)
 	}
 	id, gen := jr.GetMemberId(), jr.GetGenerationId()
+	// A classic member commits at its generation (its member epoch); at
+	// another it is told ILLEGAL_GENERATION, as a classic group tells it.
+	commit := func(g int32) int32 {
+		_, r := h.classic(&pb.OffsetCommitRequest{GroupId: "g", MemberId: id, GenerationId: g,
+			Topics: []*pb.OffsetCommitTopic{{Name: "t", Partitions: []*pb.OffsetCommitPartition{{Partition: 0, Offset: 1}}}}})
+		if r == nil {
+			return -100 // not answered yet (written by exec)
+		}
+		return r.(*pb.OffsetCommitResponse).GetTopics()[0].GetPartitions()[0].GetErrorCode()
+	}
+	if code := commit(gen + 1); code != ErrIllegalGeneration {
+		t.Fatalf("classic member's commit at another generation: %d", code)
+	}
+	if code := commit(gen); code != ErrNone {
+		t.Fatalf("classic member's commit at its generation: %d", code)
+	}
 	if _, r := h.classic(&pb.SyncGroupRequest{GroupId: "g", MemberId: id, GenerationId: gen + 1}); r.(*pb.SyncGroupResponse).GetErrorCode() != ErrIllegalGeneration {
 		t.Fatalf("sync at another generation: %v", r)
 	}
@@ -617,5 +635,29 @@ func TestMigrationClassicMembersInConsumerGroup(t *testing.T) {
 	h.settle()
 	if h.g.Consumer() != nil || !h.g.HasMember(c.memberID) || h.toClassic != 1 {
 		t.Fatalf("the empty consumer group was not taken: consumer %v", h.g.Consumer() != nil)
+	}
+}
+
+// A downgrade keeps the generation the classic members know (the group
+// epoch before the last consumer-protocol member left), so their next
+// heartbeat is told REBALANCE_IN_PROGRESS, not ILLEGAL_GENERATION, which
+// ends a client's session.
+func TestMigrationDowngradeKeepsTheClassicGeneration(t *testing.T) {
+	h := newMigHarness(t, map[string]int32{"t": 4})
+	c := h.addClassic(assignor.CooperativeSticky(), "t")
+	h.settle()
+	k := h.addConsumer("t")
+	h.settle()
+	epoch := h.g.Consumer().Epoch()
+	if c.gen != epoch {
+		t.Fatalf("classic member at generation %d, group epoch %d", c.gen, epoch)
+	}
+	h.leaveClient(k)
+	if h.g.Consumer() != nil || h.g.Generation() != epoch {
+		t.Fatalf("after the downgrade: consumer %v, generation %d, want %d", h.g.Consumer() != nil, h.g.Generation(), epoch)
+	}
+	_, r := h.classic(&pb.HeartbeatRequest{GroupId: "g", MemberId: c.memberID, GenerationId: c.gen})
+	if code := r.(*pb.HeartbeatResponse).GetErrorCode(); code != ErrRebalanceInProgress {
+		t.Fatalf("classic member's heartbeat after the downgrade: %d, want REBALANCE_IN_PROGRESS", code)
 	}
 }

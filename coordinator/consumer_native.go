@@ -98,6 +98,7 @@ func (g *ConsumerGroup) Describe() *pb.ConsumerGroupDescribeResponse {
 			Assignment:           topicPartitionsToNative(held.list()),
 			TargetAssignment:     topicPartitionsToNative(m.Target),
 			State:                m.State.String(),
+			Classic:              m.Classic != nil,
 		}
 		if m.SubscribedTopicRegex != "" {
 			d.SubscribedTopicRegex = optString(m.SubscribedTopicRegex)

@@ -25,9 +25,13 @@ const (
 	describeTopicsDeniedMsg = "The group has described topic(s) that the client is not authorized to describe."
 )
 
-// consumerMemberType is ConsumerGroupDescribe's MemberType (v1+) of a
-// member that speaks the consumer protocol (0: the classic one).
-const consumerMemberType int8 = 1
+// ConsumerGroupDescribe's MemberType (v1+, KIP-1099) of a member that
+// speaks the consumer protocol, and of a classic member inside a consumer
+// group (online migration).
+const (
+	consumerMemberType int8 = 1
+	classicMemberType  int8 = 0
+)
 
 // consumerGroupHeartbeat answers a ConsumerGroupHeartbeat. The checks are
 // Kafka's broker checks, in its order: the protocol is on, GROUP READ, and
@@ -234,6 +238,9 @@ func (l *Listener) describedGroup(r *request, out *grouppb.ConsumerGroupDescribe
 		km.TargetAssignment.TopicPartitions = l.describedTopics(m.TargetAssignment)
 		if r.version >= 1 {
 			km.MemberType = consumerMemberType
+			if m.Classic {
+				km.MemberType = classicMemberType
+			}
 		}
 		g.Members = append(g.Members, km)
 	}

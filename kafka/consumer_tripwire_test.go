@@ -166,9 +166,16 @@ func TestDescribeAnswerMapsEveryField(t *testing.T) {
 			t.Errorf("the listener does not map %s", path)
 		}
 	})
-	g := answer(base)
+	// The base member is a classic one (every native field set): its
+	// MemberType is 0, and the consumer-protocol member's is filled.
+	consumer := proto.CloneOf(base)
+	consumer.Members[0].Classic = false
+	g := answer(consumer)
 	g.Group = "g" // the listener's, from the request
 	unfilled(t, g, describeKafkaUnfilled)
+	if c, k := answer(base).Members[0].MemberType, g.Members[0].MemberType; c != classicMemberType || k != consumerMemberType {
+		t.Errorf("member types: classic %d, consumer %d", c, k)
+	}
 }
 
 func mustCreate(l *Listener, name string, id [16]byte) {

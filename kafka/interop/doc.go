@@ -16,6 +16,13 @@
 // protocol); a target that lists it and then serves the classic protocol
 // fails them.
 //
+// The migration scenarios (kip848_migrate_test.go) roll classic kgo
+// consumers to the consumer group protocol and back, one at a time, and
+// watch the group's type (ListGroups v5) change once each way; kfake, which
+// does not migrate a group with members, is checked for its refusal
+// (GROUP_ID_NOT_FOUND). With COHORT_INTEROP_LOG_DIR set, each cohortd's
+// whole log is kept there.
+//
 // kafka/interop is a module of its own (it replaces cohort with ../..), so
 // that cohort's go.mod does not require the client libraries; the cohortd it
 // tests is built in the cohort module, with cohort's go.mod.

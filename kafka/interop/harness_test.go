@@ -166,6 +166,8 @@ func (s *server) joinVersions(prefix string) []int {
 	return out
 }
 
+// startCohort starts a cohortd for the test. With COHORT_INTEROP_LOG_DIR
+// set, its whole log is also written to <dir>/<test name>.log.
 func startCohort(t *testing.T, extra ...string) *server {
 	t.Helper()
 	bin := buildCohortd(t)
@@ -188,11 +190,21 @@ func startCohort(t *testing.T, extra ...string) *server {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var logR io.Reader = stderr
+	if dir := os.Getenv("COHORT_INTEROP_LOG_DIR"); dir != "" {
+		// Keep cohortd's whole log (debug level) for reading afterwards.
+		f, err := os.Create(filepath.Join(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		logR = io.TeeReader(stderr, f)
+	}
 	addrCh := make(chan string, 1)
 	logDone := make(chan struct{})
 	go func() {
 		defer close(logDone)
-		s.scanLog(stderr, addrCh, t)
+		s.scanLog(logR, addrCh, t)
 	}()
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)

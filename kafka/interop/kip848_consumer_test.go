@@ -18,7 +18,8 @@ import (
 
 // consumer848 is one unmodified kgo consumer in this process, using the
 // consumer group protocol (kgo.ServerSideBalancer with the default
-// cooperative-sticky balancer, so the "uniform" server assignor). It writes
+// cooperative-sticky balancer, so the "uniform" server assignor), or the
+// classic one with the balancers of consumerOpts.classic. It writes
 // its ownership to the shared log from its callbacks, samples its member
 // epoch, and commits made-up offsets (the targets hold no records) for the
 // partitions it owns, keeping the acknowledged ones in the commit book.
@@ -28,6 +29,8 @@ type consumer848 struct {
 	log   *ownLog
 	book  *commitBook
 	cl    *kgo.Client
+	// classic: the consumer uses the classic protocol (consumerOpts.classic).
+	classic bool
 
 	// mu guards owned. A commit holds it for its whole round trip and the
 	// revoked and lost callbacks take it first, so an offset is committed
@@ -41,6 +44,15 @@ type consumer848 struct {
 	unreleased atomic.Int64
 	lg         *noteLogger
 
+	// manageErrs are the errors that ended a group session (kgo's
+	// OnGroupManageError hook: a refused join, a fatal heartbeat error),
+	// and refusals the joins or heartbeats refused with
+	// GROUP_ID_NOT_FOUND or INCONSISTENT_GROUP_PROTOCOL, whatever kgo made
+	// of them.
+	errMu      sync.Mutex
+	manageErrs []timedErr
+	refusals   []timedErr
+
 	stop     chan struct{}
 	bg       sync.WaitGroup
 	refused  atomic.Int64 // commits the target refused during churn
@@ -48,6 +60,9 @@ type consumer848 struct {
 }
 
 type consumerOpts struct {
+	// classic: the consumer uses the classic protocol with these
+	// balancers (kgo.Balancers) instead of kgo.ServerSideBalancer.
+	classic    []kgo.GroupBalancer
 	instanceID string // static membership when set
 	// background commits every interval while the consumer runs (0: none).
 	commitEvery time.Duration
@@ -55,14 +70,13 @@ type consumerOpts struct {
 
 func startConsumer848(t *testing.T, tg *target848, group, topic, name string, log *ownLog, book *commitBook, o consumerOpts) *consumer848 {
 	t.Helper()
-	c := &consumer848{name: name, topic: topic, log: log, book: book, owned: map[int32]bool{}, stop: make(chan struct{})}
+	c := &consumer848{name: name, topic: topic, log: log, book: book, classic: o.classic != nil, owned: map[int32]bool{}, stop: make(chan struct{})}
 	c.lg = &noteLogger{c: c}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(tg.addr),
 		kgo.ClientID(name),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
-		kgo.ServerSideBalancer(),
 		kgo.DisableAutoCommit(),
 		kgo.RebalanceTimeout(20 * time.Second),
 		kgo.FetchMaxWait(500 * time.Millisecond),
@@ -70,6 +84,13 @@ func startConsumer848(t *testing.T, tg *target848, group, topic, name string, lo
 		kgo.OnPartitionsAssigned(c.onAssigned),
 		kgo.OnPartitionsRevoked(c.onRevoked),
 		kgo.OnPartitionsLost(c.onLost),
+		kgo.WithHooks(c),
+	}
+	if o.classic != nil {
+		// The classic group's timing as the consumer protocol's.
+		opts = append(opts, kgo.Balancers(o.classic...), kgo.HeartbeatInterval(heartbeat848), kgo.SessionTimeout(session848))
+	} else {
+		opts = append(opts, kgo.ServerSideBalancer())
 	}
 	if o.instanceID != "" {
 		opts = append(opts, kgo.InstanceID(o.instanceID))
@@ -89,6 +110,39 @@ func startConsumer848(t *testing.T, tg *target848, group, topic, name string, lo
 		go c.commitLoop(o.commitEvery)
 	}
 	return c
+}
+
+// timedErr is an error kgo reported, on the ownership log's clock.
+type timedErr struct {
+	at  time.Duration
+	err error
+}
+
+func (e timedErr) String() string { return fmt.Sprintf("%v at %v", e.err, e.at) }
+
+// OnGroupManageError implements kgo.HookGroupManageError.
+func (c *consumer848) OnGroupManageError(err error) {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	c.manageErrs = append(c.manageErrs, timedErr{c.log.now(), err})
+}
+
+// noteRefusal keeps err if it refuses the consumer the group.
+func (c *consumer848) noteRefusal(err error) {
+	if !errors.Is(err, kerr.GroupIDNotFound) && !errors.Is(err, kerr.InconsistentGroupProtocol) {
+		return
+	}
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	c.refusals = append(c.refusals, timedErr{c.log.now(), err})
+}
+
+// groupErrors returns the errors that ended a group session and the
+// refusals (see manageErrs).
+func (c *consumer848) groupErrors() (manage, refused []timedErr) {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return slices.Clone(c.manageErrs), slices.Clone(c.refusals)
 }
 
 func (c *consumer848) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
@@ -296,8 +350,11 @@ func (l *noteLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		l.c.fellBack.Store(true)
 	}
 	for _, v := range keyvals {
-		if err, ok := v.(error); ok && errors.Is(err, kerr.UnreleasedInstanceID) {
-			l.c.unreleased.Add(1)
+		if err, ok := v.(error); ok {
+			if errors.Is(err, kerr.UnreleasedInstanceID) {
+				l.c.unreleased.Add(1)
+			}
+			l.c.noteRefusal(err)
 		}
 	}
 	keep := level <= kgo.LogLevelWarn || strings.Contains(msg, "heartbeat error") || strings.Contains(msg, "leav")

@@ -2678,7 +2678,10 @@ type ConsumerGroupDescribedMember struct {
 	TargetAssignment []*TopicPartitions `protobuf:"bytes,10,rep,name=target_assignment,json=targetAssignment,proto3" json:"target_assignment,omitempty"`
 	// Reconciliation state (STABLE, UNREVOKED_PARTITIONS,
 	// UNRELEASED_PARTITIONS), for operators; not on Kafka's wire.
-	State         string `protobuf:"bytes,11,opt,name=state,proto3" json:"state,omitempty"`
+	State string `protobuf:"bytes,11,opt,name=state,proto3" json:"state,omitempty"`
+	// The member speaks the classic protocol inside the consumer group
+	// (online migration; Kafka's MemberType 0).
+	Classic       bool `protobuf:"varint,12,opt,name=classic,proto3" json:"classic,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2788,6 +2791,13 @@ func (x *ConsumerGroupDescribedMember) GetState() string {
 		return x.State
 	}
 	return ""
+}
+
+func (x *ConsumerGroupDescribedMember) GetClassic() bool {
+	if x != nil {
+		return x.Classic
+	}
+	return false
 }
 
 type ConsumerGroupDescribeResponse struct {
@@ -3148,7 +3158,7 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"assignment\x18\a \x03(\v2 .cohort.group.v1.TopicPartitionsR\n" +
 	"assignment\"9\n" +
 	"\x1cConsumerGroupDescribeRequest\x12\x19\n" +
-	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"\xaf\x04\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"\xc9\x04\n" +
 	"\x1cConsumerGroupDescribedMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12$\n" +
 	"\vinstance_id\x18\x02 \x01(\tH\x00R\n" +
@@ -3165,7 +3175,8 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"assignment\x12M\n" +
 	"\x11target_assignment\x18\n" +
 	" \x03(\v2 .cohort.group.v1.TopicPartitionsR\x10targetAssignment\x12\x14\n" +
-	"\x05state\x18\v \x01(\tR\x05stateB\x0e\n" +
+	"\x05state\x18\v \x01(\tR\x05state\x12\x18\n" +
+	"\aclassic\x18\f \x01(\bR\aclassicB\x0e\n" +
 	"\f_instance_idB\n" +
 	"\n" +
 	"\b_rack_idB\x19\n" +
