@@ -2,7 +2,9 @@
 // topic id), which the Kafka listener answers Metadata from and checks
 // OffsetCommit against.
 //
-// State changes only through explicit commands (CreateTopic, DeleteTopic).
+// State changes only through explicit commands (CreateTopic, DeleteTopic,
+// GrowTopic). A topic's partition count only grows, and a topic keeps its id
+// until it is deleted.
 // Apply is the deterministic transition (no clock, no randomness: ids are chosen
 // by whoever builds the command), so a replicated store can feed the same
 // commands from its log. Propose is what callers use to request a change; in
@@ -25,6 +27,9 @@ var (
 	ErrUnknownTopic      = errors.New("unknown topic")
 	ErrInvalidTopic      = errors.New("invalid topic name")
 	ErrInvalidPartitions = errors.New("invalid partition count")
+	// ErrUnsupported: a replicated catalog whose nodes do not all apply
+	// the command yet (see raftfsm's log formats) refused it.
+	ErrUnsupported = errors.New("not every node of the cluster applies this change yet")
 )
 
 // MaxPartitions bounds the partition count of one topic.
@@ -52,8 +57,19 @@ type DeleteTopic struct {
 	Name string
 }
 
+// GrowTopic raises a topic's partition count to Partitions (Kafka's
+// CreatePartitions); the topic keeps its id. A non-zero ID must be the
+// topic's: a proposer that looked the topic up sets it, so that a topic
+// deleted and created again meanwhile is not grown in its place.
+type GrowTopic struct {
+	Name       string
+	ID         [16]byte
+	Partitions int32
+}
+
 func (CreateTopic) isCommand() {}
 func (DeleteTopic) isCommand() {}
+func (GrowTopic) isCommand()   {}
 
 // Proposer submits a command and returns once it has been applied (or failed).
 type Proposer func(ctx context.Context, cmd Command) error
@@ -108,10 +124,46 @@ func (c *Catalog) Apply(cmd Command) error {
 		delete(c.topics, cmd.Name)
 		c.version++
 		return nil
+	case GrowTopic:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		t, ok := c.topics[cmd.Name]
+		if !ok || (cmd.ID != [16]byte{} && cmd.ID != t.ID) {
+			return fmt.Errorf("%w: %s", ErrUnknownTopic, cmd.Name)
+		}
+		if err := CheckGrow(t, cmd.Partitions); err != nil {
+			return err
+		}
+		t.Partitions = cmd.Partitions
+		c.topics[cmd.Name] = t
+		c.version++
+		return nil
 	default:
 		return fmt.Errorf("catalog: unknown command %T", cmd)
 	}
 }
+
+// CheckGrow reports whether t may grow to partitions (GrowTopic's rules):
+// an error wrapping ErrInvalidPartitions, which reads as Kafka's message,
+// unless partitions is above t's count and at most MaxPartitions.
+func CheckGrow(t Topic, partitions int32) error {
+	switch {
+	case partitions == t.Partitions:
+		return growError(fmt.Sprintf("Topic already has %d partition(s).", t.Partitions))
+	case partitions < t.Partitions:
+		return growError(fmt.Sprintf("The topic %s currently has %d partition(s); %d would not be an increase.", t.Name, t.Partitions, partitions))
+	case partitions > MaxPartitions:
+		return growError(fmt.Sprintf("The topic %s would have %d partitions; a topic has at most %d.", t.Name, partitions, MaxPartitions))
+	}
+	return nil
+}
+
+// growError is a refused GrowTopic: ErrInvalidPartitions, worded as Kafka
+// words it, so the Kafka listener can answer with the error's text.
+type growError string
+
+func (e growError) Error() string { return string(e) }
+func (e growError) Unwrap() error { return ErrInvalidPartitions }
 
 // Get returns a topic by name.
 func (c *Catalog) Get(name string) (Topic, bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -86,5 +87,60 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	if n := len(c.List()); n != 400 {
 		t.Fatalf("got %d topics", n)
+	}
+}
+
+// GrowTopic raises a topic's partition count and keeps its id; every
+// refusal leaves the catalog (and its version) as it was, and every change
+// moves the version, which consumer groups watch to reassign.
+func TestGrowTopic(t *testing.T) {
+	c := New()
+	id := NewTopicID()
+	if err := c.Apply(CreateTopic{Name: "a", ID: id, Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	other := NewTopicID()
+	for _, s := range []struct {
+		cmd  GrowTopic
+		want string
+	}{
+		{GrowTopic{Name: "a", Partitions: 3}, "Topic already has 3 partition(s)."},
+		{GrowTopic{Name: "a", Partitions: 2}, "The topic a currently has 3 partition(s); 2 would not be an increase."},
+		{GrowTopic{Name: "a", Partitions: 0}, "The topic a currently has 3 partition(s); 0 would not be an increase."},
+		{GrowTopic{Name: "a", Partitions: MaxPartitions + 1}, "The topic a would have 65537 partitions; a topic has at most 65536."},
+		{GrowTopic{Name: "nope", Partitions: 4}, ErrUnknownTopic.Error()},
+		{GrowTopic{Name: "a", ID: other, Partitions: 4}, ErrUnknownTopic.Error()},
+	} {
+		before := c.Version()
+		err := c.Apply(s.cmd)
+		if err == nil || (s.want != ErrUnknownTopic.Error() && err.Error() != s.want) || !strings.Contains(err.Error(), s.want) {
+			t.Fatalf("%+v: %v, want %q", s.cmd, err, s.want)
+		}
+		if s.want != ErrUnknownTopic.Error() && !errors.Is(err, ErrInvalidPartitions) {
+			t.Fatalf("%+v: %v is not ErrInvalidPartitions", s.cmd, err)
+		}
+		if got, _ := c.Get("a"); got.Partitions != 3 || c.Version() != before {
+			t.Fatalf("%+v refused but changed the catalog: %+v, version %d -> %d", s.cmd, got, before, c.Version())
+		}
+	}
+	v0, parts := c.Partitions()
+	if err := c.Apply(GrowTopic{Name: "a", ID: id, Partitions: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Apply(GrowTopic{Name: "a", Partitions: MaxPartitions}); err != nil {
+		t.Fatal(err)
+	}
+	v1, grown := c.Partitions()
+	if v1 != v0+2 || parts["a"] != 3 || grown["a"] != MaxPartitions {
+		t.Fatalf("versions %d -> %d, partitions %v -> %v", v0, v1, parts, grown)
+	}
+	got, _ := c.Get("a")
+	if byID, ok := c.GetByID(id); got.ID != id || !ok || byID.Partitions != MaxPartitions || !c.HasPartition("a", MaxPartitions-1) {
+		t.Fatalf("after growing: %+v, by id %+v %v", got, byID, ok)
+	}
+	d := New()
+	d.Restore(c.Snapshot())
+	if r, _ := d.Get("a"); r != got {
+		t.Fatalf("restored %+v, want %+v", r, got)
 	}
 }

@@ -28,24 +28,25 @@ func handle[R kmsg.Request](fn func(context.Context, *request, R) kmsg.Response)
 // also what ApiVersions advertises.
 func (l *Listener) apiTable() (map[int16]apiSpec, []apiVersion) {
 	m := map[int16]apiSpec{
-		kmsg.Produce.Int16():         {0, 9, handle(l.produce)},
-		kmsg.Fetch.Int16():           {0, 12, handle(l.fetch)},
-		kmsg.ListOffsets.Int16():     {0, 7, handle(l.listOffsets)},
-		kmsg.Metadata.Int16():        {0, 12, handle(l.metadata)},
-		kmsg.OffsetCommit.Int16():    {0, 9, nil}, // sent to the groups by the reader (conn.send)
-		kmsg.OffsetFetch.Int16():     {0, 9, handle(l.offsetFetch)},
-		kmsg.FindCoordinator.Int16(): {0, 4, handle(l.findCoordinator)},
-		kmsg.JoinGroup.Int16():       {0, 9, nil}, // sent, as OffsetCommit
-		kmsg.Heartbeat.Int16():       {0, 4, handle(l.heartbeat)},
-		kmsg.LeaveGroup.Int16():      {0, 5, handle(l.leaveGroup)},
-		kmsg.SyncGroup.Int16():       {0, 5, nil}, // sent, as OffsetCommit
-		kmsg.DescribeGroups.Int16():  {0, 5, handle(l.describeGroups)},
-		kmsg.ListGroups.Int16():      {0, 5, handle(l.listGroups)},
-		kmsg.ApiVersions.Int16():     {0, 3, nil}, // answered in dispatch for every version
-		kmsg.CreateTopics.Int16():    {0, 7, handle(l.createTopics)},
-		kmsg.DeleteTopics.Int16():    {0, 6, handle(l.deleteTopics)},
-		kmsg.DeleteGroups.Int16():    {0, 2, handle(l.deleteGroups)},
-		kmsg.OffsetDelete.Int16():    {0, 0, handle(l.offsetDelete)},
+		kmsg.Produce.Int16():          {0, 9, handle(l.produce)},
+		kmsg.Fetch.Int16():            {0, 12, handle(l.fetch)},
+		kmsg.ListOffsets.Int16():      {0, 7, handle(l.listOffsets)},
+		kmsg.Metadata.Int16():         {0, 12, handle(l.metadata)},
+		kmsg.OffsetCommit.Int16():     {0, 9, nil}, // sent to the groups by the reader (conn.send)
+		kmsg.OffsetFetch.Int16():      {0, 9, handle(l.offsetFetch)},
+		kmsg.FindCoordinator.Int16():  {0, 4, handle(l.findCoordinator)},
+		kmsg.JoinGroup.Int16():        {0, 9, nil}, // sent, as OffsetCommit
+		kmsg.Heartbeat.Int16():        {0, 4, handle(l.heartbeat)},
+		kmsg.LeaveGroup.Int16():       {0, 5, handle(l.leaveGroup)},
+		kmsg.SyncGroup.Int16():        {0, 5, nil}, // sent, as OffsetCommit
+		kmsg.DescribeGroups.Int16():   {0, 5, handle(l.describeGroups)},
+		kmsg.ListGroups.Int16():       {0, 5, handle(l.listGroups)},
+		kmsg.ApiVersions.Int16():      {0, 3, nil}, // answered in dispatch for every version
+		kmsg.CreateTopics.Int16():     {0, 7, handle(l.createTopics)},
+		kmsg.DeleteTopics.Int16():     {0, 6, handle(l.deleteTopics)},
+		kmsg.CreatePartitions.Int16(): {0, 3, handle(l.createPartitions)},
+		kmsg.DeleteGroups.Int16():     {0, 2, handle(l.deleteGroups)},
+		kmsg.OffsetDelete.Int16():     {0, 0, handle(l.offsetDelete)},
 		// SaslHandshake stops at v1 (KAFKA-9577); both are served by the
 		// connection while it authenticates (auth.go).
 		kmsg.SASLHandshake.Int16():                {0, 1, handle(l.saslHandshake)},

@@ -129,6 +129,13 @@ func sampleRequest(key, v int16) kmsg.Request {
 		t.Topic = str(name)
 		r.Topics = append(r.Topics, t)
 		return r
+	case 37:
+		// Grows t (3 partitions) by one per version walked.
+		r := kmsg.NewPtrCreatePartitionsRequest()
+		t := kmsg.NewCreatePartitionsRequestTopic()
+		t.Topic, t.Count = "t", 4+int32(v)
+		r.Topics = append(r.Topics, t)
+		return r
 	case 42:
 		r := kmsg.NewPtrDeleteGroupsRequest()
 		r.Groups = []string{"g"}
@@ -186,7 +193,7 @@ func sampleRequest(key, v int16) kmsg.Request {
 }
 
 // advertisedAPIs is how many API keys ApiVersions lists.
-const advertisedAPIs = 27
+const advertisedAPIs = 28
 
 // TestWalkAdvertisedVersions sends every API at every version ApiVersions
 // advertises and decodes the answer with kmsg at that version.
@@ -304,6 +311,10 @@ func checkAnswer(t *testing.T, key, v int16, resp kmsg.Response) {
 		}
 	case *kmsg.DeleteTopicsResponse:
 		if r.Topics[0].ErrorCode != 0 {
+			fail("%+v", r.Topics)
+		}
+	case *kmsg.CreatePartitionsResponse:
+		if len(r.Topics) != 1 || r.Topics[0].Topic != "t" || r.Topics[0].ErrorCode != 0 || r.Topics[0].ErrorMessage != nil {
 			fail("%+v", r.Topics)
 		}
 	case *kmsg.DeleteGroupsResponse:

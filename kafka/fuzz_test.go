@@ -23,7 +23,7 @@ import (
 func FuzzConn(f *testing.F) {
 	fm := kmsg.NewRequestFormatter(kmsg.FormatterClientID("fuzz"))
 	var all []byte
-	for _, k := range []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 42, 47, 68, 69} {
+	for _, k := range []int16{0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 37, 42, 47, 68, 69} {
 		for v := int16(0); v <= kmsg.RequestForKey(k).MaxVersion(); v++ {
 			req := sampleRequest(k, v)
 			req.SetVersion(v)

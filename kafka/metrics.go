@@ -150,6 +150,10 @@ func errorCodeOf(resp kmsg.Response) int16 {
 		if len(r.Topics) > 0 {
 			return r.Topics[0].ErrorCode
 		}
+	case *kmsg.CreatePartitionsResponse:
+		if len(r.Topics) > 0 {
+			return r.Topics[0].ErrorCode
+		}
 	case *kmsg.FetchResponse:
 		return r.ErrorCode
 	}

@@ -171,10 +171,12 @@ func (l *Listener) caughtUpFor(ctx context.Context, all bool, topics []kmsg.Meta
 }
 
 // allKnown reports whether every topic a Metadata request names is in the
-// catalog. A node that has not caught up answers those at once: a topic
-// never changes its partition count, so what the catalog holds of it is
-// current (or the topic was deleted since, which shows it a moment too
-// long rather than too short).
+// catalog. A node that has not caught up answers those at once: what the
+// catalog holds of a topic is current, or the topic was deleted since
+// (which shows it a moment too long rather than too short), or grown since
+// (CreatePartitions), which shows the partitions it had until the node
+// applies the grow, as a Kafka broker's metadata cache lags its
+// controller's.
 func (l *Listener) allKnown(topics []kmsg.MetadataRequestTopic) bool {
 	for _, rt := range topics {
 		if rt.Topic == nil {

@@ -62,6 +62,10 @@ func (a *adminActor) Receive(ctx actor.Context) {
 		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(cmd) })
 	case *raftpb.TopicDelete:
 		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(catalog.DeleteTopic{Name: m.GetName()}) })
+	case *raftpb.TopicGrow:
+		cmd := catalog.GrowTopic{Name: m.GetName(), Partitions: m.GetPartitions()}
+		copy(cmd.ID[:], m.GetId())
+		a.async(ctx, func() proto.Message { return a.n.onTopicCommand(cmd) })
 	case *securitypb.ScramChange:
 		a.async(ctx, func() proto.Message { return a.n.onSecurityChange(m) })
 	case *securitypb.AclChange:

@@ -53,7 +53,7 @@ func consumerJoin(member string) *pb.ConsumerGroupHeartbeatRequest {
 func TestConsumerGroupSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	n := startNode(t, false, func(c *Config) { c.DataDir = dir })
-	waitLogFormat(t, n, raftfsm.LogFormatConsumer)
+	waitLogFormat(t, n, raftfsm.LogFormat)
 	if err := n.proposeTopic(context.Background(), catalog.CreateTopic{Name: "t", ID: catalog.NewTopicID(), Partitions: 4}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ var catalogErrors = map[string]error{
 	"unknown_topic":      catalog.ErrUnknownTopic,
 	"invalid_topic":      catalog.ErrInvalidTopic,
 	"invalid_partitions": catalog.ErrInvalidPartitions,
+	"unsupported":        catalog.ErrUnsupported,
 }
 
 func catalogErrorName(err error) string {
@@ -53,6 +54,8 @@ func (n *Node) proposeTopic(ctx context.Context, cmd catalog.Command) error {
 		msg = &raftpb.TopicCreate{Name: c.Name, Id: c.ID[:], Partitions: c.Partitions}
 	case catalog.DeleteTopic:
 		msg = &raftpb.TopicDelete{Name: c.Name}
+	case catalog.GrowTopic:
+		msg = &raftpb.TopicGrow{Name: c.Name, Id: c.ID[:], Partitions: c.Partitions}
 	default:
 		return fmt.Errorf("unknown catalog command %T", cmd)
 	}
@@ -90,6 +93,9 @@ func (n *Node) catalogHas(cmd catalog.Command) bool {
 	case catalog.DeleteTopic:
 		_, ok := n.raft.Catalog.Get(c.Name)
 		return !ok
+	case catalog.GrowTopic:
+		t, ok := n.raft.Catalog.Get(c.Name)
+		return !ok || t.Partitions >= c.Partitions
 	}
 	return true
 }

@@ -314,10 +314,16 @@ func logEvents(t *testing.T, n *Node) []uint32 {
 	return out
 }
 
+// carriesConsumer reports whether a log event (logEvents) raises the log
+// format to one that carries consumer records (4 or later: the format rises
+// straight to the newest once every node applies it).
+func carriesConsumer(ev uint32) bool { return ev >= LogFormatConsumer }
+
 // A rolling upgrade on three nodes: while one node registers format 3 (the
 // version before consumer records), the leader writes none to the log;
-// once it registers format 4 the format rises, and every node applies the
-// consumer records to the same state, from which the group is rebuilt.
+// once it registers the newest format the format rises, and every node
+// applies the consumer records to the same state, from which the group is
+// rebuilt.
 func TestConsumerRecordsWaitForEveryNode(t *testing.T) {
 	all := threeSlowNodes(t)
 	n1, n2, n3 := all[0], all[1], all[2]
@@ -349,16 +355,16 @@ func TestConsumerRecordsWaitForEveryNode(t *testing.T) {
 		t.Fatalf("consumer records at format %d: %v", n1.FSM.LogFormat(), err)
 	}
 	for _, n := range all {
-		if ev := logEvents(t, n); slices.Contains(ev, 0) || slices.Contains(ev, LogFormatConsumer) {
+		if ev := logEvents(t, n); slices.Contains(ev, 0) || slices.ContainsFunc(ev, carriesConsumer) {
 			t.Fatalf("%s: log events %v while node3 applies format 3", n.ID(), ev)
 		}
 	}
 
 	register(n3, LogFormat) // node3 is upgraded
 	for _, n := range all {
-		waitFor(t, n.ID()+" to apply format 4", func() bool { return n.FSM.LogFormat() == LogFormatConsumer })
+		waitFor(t, n.ID()+" to apply the newest format", func() bool { return n.FSM.LogFormat() == LogFormat })
 	}
-	onLeader(t, "write at format 4", all, func(l *Node) error { return appendWait(t, l.Store, "g", nil, pending...) })
+	onLeader(t, "write at the newest format", all, func(l *Node) error { return appendWait(t, l.Store, "g", nil, pending...) })
 	for range 200 {
 		if recs := d.step(); len(recs) > 0 {
 			onLeader(t, "write", all, func(l *Node) error {
@@ -370,7 +376,7 @@ func TestConsumerRecordsWaitForEveryNode(t *testing.T) {
 		waitFor(t, n.ID()+" to reach node1's state", func() bool { return n.FSM.Hash() == n1.FSM.Hash() })
 		sameGroup(t, n.ID(), d, n.FSM)
 		ev := logEvents(t, n)
-		if raised := slices.Index(ev, LogFormatConsumer); raised < 0 || slices.Contains(ev[:raised], 0) || !slices.Contains(ev[raised:], 0) {
+		if raised := slices.IndexFunc(ev, carriesConsumer); raised < 0 || slices.Contains(ev[:raised], 0) || !slices.Contains(ev[raised:], 0) {
 			t.Fatalf("%s: log events %v: want consumer records only after format 4", n.ID(), ev)
 		}
 	}

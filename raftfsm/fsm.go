@@ -104,6 +104,7 @@ var applyTable = map[raftpb.CommandType]func(f *FSM, payload []byte) *ApplyResul
 	raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE:   (*FSM).applyNodeRemove,
 	raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT:    (*FSM).applyLogFormat,
 	raftpb.CommandType_COMMAND_TYPE_SHARD_MAP:     (*FSM).applyShardMap,
+	raftpb.CommandType_COMMAND_TYPE_TOPIC_GROW:    (*FSM).applyTopicGrow,
 }
 
 // Apply implements raft.FSM. An entry of an unknown type or version is
@@ -278,28 +279,6 @@ func (f *FSM) applyWrites(ws *raftpb.GroupWrites) *ApplyResult {
 		res.Errs[i] = f.state.ApplyWrite(w)
 	}
 	return res
-}
-
-func (f *FSM) applyTopicCreate(payload []byte) *ApplyResult {
-	var t raftpb.TopicCreate
-	if err := proto.Unmarshal(payload, &t); err != nil {
-		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
-	}
-	cmd := catalog.CreateTopic{Name: t.GetName(), Partitions: t.GetPartitions()}
-	copy(cmd.ID[:], t.GetId())
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return &ApplyResult{Err: f.catalog.Apply(cmd)}
-}
-
-func (f *FSM) applyTopicDelete(payload []byte) *ApplyResult {
-	var t raftpb.TopicDelete
-	if err := proto.Unmarshal(payload, &t); err != nil {
-		return &ApplyResult{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return &ApplyResult{Err: f.catalog.Apply(catalog.DeleteTopic{Name: t.GetName()})}
 }
 
 func (f *FSM) applyNodeRegister(payload []byte) *ApplyResult {

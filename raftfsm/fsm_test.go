@@ -47,6 +47,7 @@ func badCommands(t testing.TB) map[string][]byte {
 		"bad group writes":       env(raftpb.CommandType_COMMAND_TYPE_GROUP_WRITES, CommandVersion, []byte{0x0a, 0x05, 0x01}),
 		"bad topic create":       env(raftpb.CommandType_COMMAND_TYPE_TOPIC_CREATE, CommandVersion, []byte{0xff}),
 		"bad topic delete":       env(raftpb.CommandType_COMMAND_TYPE_TOPIC_DELETE, CommandVersion, []byte{0xff}),
+		"bad topic grow":         env(raftpb.CommandType_COMMAND_TYPE_TOPIC_GROW, CommandVersion, []byte{0xff}),
 		"bad node register":      env(raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER, CommandVersion, []byte{0xff}),
 		"node register, no id":   env(raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER, CommandVersion, nil),
 		"bad node remove":        env(raftpb.CommandType_COMMAND_TYPE_NODE_REMOVE, CommandVersion, []byte{0xff}),

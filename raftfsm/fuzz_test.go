@@ -83,6 +83,11 @@ func FuzzApply(f *testing.F) {
 	compressed := [][]byte{mustCommand(f, raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT, &raftpb.LogFormat{Format: LogFormat}), compressEntry(commitBatch(f, 40), &buf)}
 	f.Add(joinEntries(compressed, false))
 	f.Add(joinEntries(compressed, true))
+	// Topics grown once the format allows it, refused before.
+	grown := [][]byte{topicCreateCmd(f, "t", 2), topicGrowCmd(f, "t", nil, 3),
+		mustCommand(f, raftpb.CommandType_COMMAND_TYPE_LOG_FORMAT, &raftpb.LogFormat{Format: LogFormatTopicGrow}),
+		topicGrowCmd(f, "t", topicID("t"), 5), topicGrowCmd(f, "t", nil, 4), topicDeleteCmd(f, "t"), topicGrowCmd(f, "t", nil, 6)}
+	f.Add(joinEntries(grown, false))
 	// A consumer group's records, once the format allows them.
 	f.Add(joinEntries(consumerEntries(f, 1, 12), false))
 	f.Add(joinEntries(consumerEntries(f, 2, 12), true))

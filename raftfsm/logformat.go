@@ -34,8 +34,16 @@ const (
 	// such writes (ErrLogFormatTooLow), and the FSM applies one as an older
 	// node does, which ignores records it does not know: without them.
 	LogFormatConsumer uint32 = 4
+	// LogFormatTopicGrow: the meta group's log may hold TOPIC_GROW
+	// entries (a topic's partition count raised, topics.go). A new entry
+	// type needs a new format: a node of an older version halts on an
+	// entry whose type it does not know (it is not ignorable: skipping it
+	// would leave that node's catalog smaller than the others'). Below
+	// this format the leader refuses to write one (catalog.ErrUnsupported,
+	// ErrLogFormatTooLow), and the FSM refuses one as a no-op.
+	LogFormatTopicGrow uint32 = 5
 	// LogFormat is the highest format this version applies and writes.
-	LogFormat = LogFormatConsumer
+	LogFormat = LogFormatTopicGrow
 )
 
 const (

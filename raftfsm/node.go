@@ -383,17 +383,6 @@ func (n *Node) apply(ctx context.Context, t raftpb.CommandType, payload proto.Me
 	return n.Propose(ctx, data)
 }
 
-// ProposeTopic applies a catalog command through the log. Leader only.
-func (n *Node) ProposeTopic(ctx context.Context, cmd catalog.Command) error {
-	switch c := cmd.(type) {
-	case catalog.CreateTopic:
-		return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_TOPIC_CREATE, &raftpb.TopicCreate{Name: c.Name, Id: c.ID[:], Partitions: c.Partitions})
-	case catalog.DeleteTopic:
-		return n.apply(ctx, raftpb.CommandType_COMMAND_TYPE_TOPIC_DELETE, &raftpb.TopicDelete{Name: c.Name})
-	}
-	return fmt.Errorf("%w: catalog command %T", ErrBadCommand, cmd)
-}
-
 // AgreedLogFormat is the highest log format this node agrees to, and
 // registers: Config.LogFormat, or the newest this version applies.
 func (n *Node) AgreedLogFormat() uint32 {

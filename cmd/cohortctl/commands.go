@@ -133,6 +133,35 @@ func (c *cli) topicsCreate(ctx context.Context, name string, partitions int32, r
 	})
 }
 
+// topicsAlter grows a topic to partitions (CreatePartitions), as
+// kafka-topics.sh --alter --partitions does.
+func (c *cli) topicsAlter(ctx context.Context, name string, partitions int32) error {
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	req.TimeoutMillis = int32(c.timeout.Milliseconds())
+	t := kmsg.NewCreatePartitionsRequestTopic()
+	t.Topic, t.Count = name, partitions
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return err
+	}
+	if len(resp.Topics) != 1 {
+		return fmt.Errorf("alter %s: %d topics in the answer", name, len(resp.Topics))
+	}
+	rt := resp.Topics[0]
+	if rt.ErrorCode != 0 {
+		err := codeErr("alter "+name, rt.ErrorCode)
+		if rt.ErrorMessage != nil && *rt.ErrorMessage != "" {
+			err = fmt.Errorf("%w (%s)", err, *rt.ErrorMessage)
+		}
+		return err
+	}
+	info := map[string]any{"topic": name, "partitions": partitions}
+	return c.print(info, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "altered topic %s to %d partitions\n", name, partitions)
+	})
+}
+
 func uuid(id [16]byte) string {
 	if id == ([16]byte{}) {
 		return ""

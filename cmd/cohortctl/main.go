@@ -14,6 +14,7 @@
 //	cohortctl offsets delete GROUP --topic T[:P,...]
 //	cohortctl topics list
 //	cohortctl topics create [--partitions N] [--replication-factor R] TOPIC
+//	cohortctl topics alter --partitions N TOPIC
 //	cohortctl topics delete TOPIC
 //	cohortctl users list|describe|set|delete ...
 //	cohortctl acls list|create|delete ...
@@ -34,6 +35,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -89,6 +91,8 @@ commands:
                                delete committed offsets (OffsetDelete)
   topics list                  topics and partition counts
   topics create [--partitions N] [--replication-factor R] TOPIC
+  topics alter --partitions N TOPIC
+                               grow a topic to N partitions (CreatePartitions; only ever more)
   topics delete TOPIC
   users list | describe USER... | set USER [--mechanism M] [--iterations N] [--password-stdin] | delete USER [--mechanism M]
                                SCRAM credentials (the password: --password-stdin or env COHORT_USER_PASSWORD)
@@ -240,6 +244,14 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 			return fmt.Errorf("%w: topics create [--partitions N] [--replication-factor R] TOPIC", errUsage)
 		}
 		return c.topicsCreate(ctx, fs.Arg(0), int32(*parts), int16(*rf))
+	case cmd == "topics alter":
+		fs := flag.NewFlagSet("topics alter", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		parts := fs.Int("partitions", 0, "the topic's new partition count")
+		if err := fs.Parse(args[2:]); err != nil || fs.NArg() != 1 || *parts <= 0 || *parts > math.MaxInt32 {
+			return fmt.Errorf("%w: topics alter --partitions N TOPIC", errUsage)
+		}
+		return c.topicsAlter(ctx, fs.Arg(0), int32(*parts))
 	}
 	return fmt.Errorf("%w: unknown command %q", errUsage, strings.Join(args, " "))
 }

@@ -236,8 +236,47 @@ func TestAgainstCoordinator(t *testing.T) {
 	}
 }
 
+// topics alter grows a topic as kafka-topics.sh --alter --partitions does:
+// the topic keeps its id, a count that is not an increase and an unknown
+// topic are errors (exit 1) with the broker's code and message.
+func TestTopicsAlter(t *testing.T) {
+	addr := startNode(t)
+	if _, errOut, code := ctl(t, addr, "topics", "create", "--partitions", "2", "orders"); code != 0 {
+		t.Fatalf("topics create: %d %q", code, errOut)
+	}
+	var before []topicInfo
+	ctlJSON(t, addr, &before, "topics", "list")
+	out, errOut, code := ctl(t, addr, "topics", "alter", "--partitions", "3", "orders")
+	if code != 0 || out != "altered topic orders to 3 partitions\n" {
+		t.Fatalf("topics alter: %d %q %q", code, out, errOut)
+	}
+	var altered map[string]any
+	ctlJSON(t, addr, &altered, "topics", "alter", "--partitions", "5", "orders")
+	if len(altered) != 2 || altered["topic"] != "orders" || altered["partitions"] != float64(5) {
+		t.Fatalf("topics alter --json: %v", altered)
+	}
+	var after []topicInfo
+	ctlJSON(t, addr, &after, "topics", "list")
+	if len(after) != 1 || after[0].Partitions != 5 || after[0].ID != before[0].ID {
+		t.Fatalf("topics list: %+v, before %+v", after, before)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--partitions", "4", "orders"}, "alter orders: INVALID_PARTITIONS: Number of partitions is below 1. (The topic orders currently has 5 partition(s); 4 would not be an increase.)"},
+		{[]string{"--partitions", "5", "orders"}, "(Topic already has 5 partition(s).)"},
+		{[]string{"--partitions", "9", "nope"}, "alter nope: UNKNOWN_TOPIC_OR_PARTITION"},
+	} {
+		if out, errOut, code := ctl(t, addr, append([]string{"topics", "alter"}, tc.args...)...); code != 1 || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Fatalf("topics alter %v: exit %d %q %q, want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
+
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{{}, {"groups"}, {"groups", "describe"}, {"nope"}, {"topics", "create"}} {
+	for _, args := range [][]string{{}, {"groups"}, {"groups", "describe"}, {"nope"}, {"topics", "create"},
+		{"topics", "alter", "t"}, {"topics", "alter", "--partitions", "0", "t"}, {"topics", "alter", "--partitions", "3"}, {"topics", "alter", "--partitions", "x", "t"}} {
 		if _, _, code := ctl(t, "127.0.0.1:1", args...); code != 2 {
 			t.Fatalf("%v: exit %d, want 2", args, code)
 		}

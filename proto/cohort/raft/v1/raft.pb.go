@@ -48,6 +48,8 @@ const (
 	CommandType_COMMAND_TYPE_LOG_FORMAT CommandType = 7
 	// payload: ShardMap (from log format 4 on, meta group only).
 	CommandType_COMMAND_TYPE_SHARD_MAP CommandType = 8
+	// payload: TopicGrow (from log format 5 on, meta group only).
+	CommandType_COMMAND_TYPE_TOPIC_GROW CommandType = 9
 	// payload: cohort.security.v1.ScramChange
 	CommandType_COMMAND_TYPE_SCRAM_CHANGE CommandType = 16
 	// payload: cohort.security.v1.AclChange
@@ -66,6 +68,7 @@ var (
 		6:  "COMMAND_TYPE_COMPRESSED",
 		7:  "COMMAND_TYPE_LOG_FORMAT",
 		8:  "COMMAND_TYPE_SHARD_MAP",
+		9:  "COMMAND_TYPE_TOPIC_GROW",
 		16: "COMMAND_TYPE_SCRAM_CHANGE",
 		17: "COMMAND_TYPE_ACL_CHANGE",
 	}
@@ -79,6 +82,7 @@ var (
 		"COMMAND_TYPE_COMPRESSED":    6,
 		"COMMAND_TYPE_LOG_FORMAT":    7,
 		"COMMAND_TYPE_SHARD_MAP":     8,
+		"COMMAND_TYPE_TOPIC_GROW":    9,
 		"COMMAND_TYPE_SCRAM_CHANGE":  16,
 		"COMMAND_TYPE_ACL_CHANGE":    17,
 	}
@@ -393,6 +397,70 @@ func (x *TopicDelete) GetName() string {
 	return ""
 }
 
+// TopicGrow raises a topic's partition count (Kafka's CreatePartitions); the
+// topic keeps its id. Refused unless partitions is above the topic's count
+// (and at most the catalog's maximum), and, when id is set, unless the topic
+// still has that id (it was not deleted and created again meanwhile).
+type TopicGrow struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id            []byte                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Partitions    int32                  `protobuf:"varint,3,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TopicGrow) Reset() {
+	*x = TopicGrow{}
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TopicGrow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TopicGrow) ProtoMessage() {}
+
+func (x *TopicGrow) ProtoReflect() protoreflect.Message {
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TopicGrow.ProtoReflect.Descriptor instead.
+func (*TopicGrow) Descriptor() ([]byte, []int) {
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TopicGrow) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TopicGrow) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *TopicGrow) GetPartitions() int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
 // NodeRegister records how to reach a node, so any node can tell clients
 // where the leader's listeners are.
 type NodeRegister struct {
@@ -417,7 +485,7 @@ type NodeRegister struct {
 
 func (x *NodeRegister) Reset() {
 	*x = NodeRegister{}
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[5]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +497,7 @@ func (x *NodeRegister) String() string {
 func (*NodeRegister) ProtoMessage() {}
 
 func (x *NodeRegister) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[5]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +510,7 @@ func (x *NodeRegister) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRegister.ProtoReflect.Descriptor instead.
 func (*NodeRegister) Descriptor() ([]byte, []int) {
-	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeRegister) GetNodeId() string {
@@ -498,7 +566,7 @@ func (x *NodeRegister) GetShards() uint32 {
 // use everything the format allows, and a node that applies only a lower
 // one may not join. It never goes down. Format 1 is plain Envelopes; format
 // 2 adds compressed ones (COMMAND_TYPE_COMPRESSED); format 3 MemberSessions
-// records; format 4 consumer group records.
+// records; format 4 consumer group records; format 5 TopicGrow entries.
 type LogFormat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Format        uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
@@ -508,7 +576,7 @@ type LogFormat struct {
 
 func (x *LogFormat) Reset() {
 	*x = LogFormat{}
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[6]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +588,7 @@ func (x *LogFormat) String() string {
 func (*LogFormat) ProtoMessage() {}
 
 func (x *LogFormat) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[6]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +601,7 @@ func (x *LogFormat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogFormat.ProtoReflect.Descriptor instead.
 func (*LogFormat) Descriptor() ([]byte, []int) {
-	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{6}
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LogFormat) GetFormat() uint32 {
@@ -552,7 +620,7 @@ type NodeRemove struct {
 
 func (x *NodeRemove) Reset() {
 	*x = NodeRemove{}
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[7]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +632,7 @@ func (x *NodeRemove) String() string {
 func (*NodeRemove) ProtoMessage() {}
 
 func (x *NodeRemove) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[7]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +645,7 @@ func (x *NodeRemove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeRemove.ProtoReflect.Descriptor instead.
 func (*NodeRemove) Descriptor() ([]byte, []int) {
-	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{7}
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeRemove) GetNodeId() string {
@@ -613,7 +681,7 @@ type SnapshotRecord struct {
 
 func (x *SnapshotRecord) Reset() {
 	*x = SnapshotRecord{}
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[8]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +693,7 @@ func (x *SnapshotRecord) String() string {
 func (*SnapshotRecord) ProtoMessage() {}
 
 func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[8]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +706,7 @@ func (x *SnapshotRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRecord.ProtoReflect.Descriptor instead.
 func (*SnapshotRecord) Descriptor() ([]byte, []int) {
-	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{8}
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SnapshotRecord) GetKind() isSnapshotRecord_Kind {
@@ -884,7 +952,7 @@ type ShardMap struct {
 
 func (x *ShardMap) Reset() {
 	*x = ShardMap{}
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[9]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +964,7 @@ func (x *ShardMap) String() string {
 func (*ShardMap) ProtoMessage() {}
 
 func (x *ShardMap) ProtoReflect() protoreflect.Message {
-	mi := &file_cohort_raft_v1_raft_proto_msgTypes[9]
+	mi := &file_cohort_raft_v1_raft_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +977,7 @@ func (x *ShardMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardMap.ProtoReflect.Descriptor instead.
 func (*ShardMap) Descriptor() ([]byte, []int) {
-	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{9}
+	return file_cohort_raft_v1_raft_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ShardMap) GetShards() uint32 {
@@ -950,7 +1018,13 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"partitions\x18\x03 \x01(\x05R\n" +
 	"partitions\"!\n" +
 	"\vTopicDelete\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xd9\x02\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"O\n" +
+	"\tTopicGrow\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\fR\x02id\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x01(\x05R\n" +
+	"partitions\"\xd9\x02\n" +
 	"\fNodeRegister\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x1f\n" +
@@ -990,7 +1064,7 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\x04kind\"6\n" +
 	"\bShardMap\x12\x16\n" +
 	"\x06shards\x18\x01 \x01(\rR\x06shards\x12\x12\n" +
-	"\x04hash\x18\x02 \x01(\tR\x04hash*\xd8\x02\n" +
+	"\x04hash\x18\x02 \x01(\tR\x04hash*\xf5\x02\n" +
 	"\vCommandType\x12\x1c\n" +
 	"\x18COMMAND_TYPE_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19COMMAND_TYPE_GROUP_WRITES\x10\x01\x12\x1d\n" +
@@ -1000,7 +1074,8 @@ const file_cohort_raft_v1_raft_proto_rawDesc = "" +
 	"\x18COMMAND_TYPE_NODE_REMOVE\x10\x05\x12\x1b\n" +
 	"\x17COMMAND_TYPE_COMPRESSED\x10\x06\x12\x1b\n" +
 	"\x17COMMAND_TYPE_LOG_FORMAT\x10\a\x12\x1a\n" +
-	"\x16COMMAND_TYPE_SHARD_MAP\x10\b\x12\x1d\n" +
+	"\x16COMMAND_TYPE_SHARD_MAP\x10\b\x12\x1b\n" +
+	"\x17COMMAND_TYPE_TOPIC_GROW\x10\t\x12\x1d\n" +
 	"\x19COMMAND_TYPE_SCRAM_CHANGE\x10\x10\x12\x1b\n" +
 	"\x17COMMAND_TYPE_ACL_CHANGE\x10\x11B<Z:github.com/cohort-coord/cohort/proto/cohort/raft/v1;raftpbb\x06proto3"
 
@@ -1017,53 +1092,54 @@ func file_cohort_raft_v1_raft_proto_rawDescGZIP() []byte {
 }
 
 var file_cohort_raft_v1_raft_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_cohort_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cohort_raft_v1_raft_proto_goTypes = []any{
-	(CommandType)(0),                                 // 0: cohort.raft.v1.CommandType
-	(*Envelope)(nil),                                 // 1: cohort.raft.v1.Envelope
-	(*GroupWrites)(nil),                              // 2: cohort.raft.v1.GroupWrites
-	(*GroupWrite)(nil),                               // 3: cohort.raft.v1.GroupWrite
-	(*TopicCreate)(nil),                              // 4: cohort.raft.v1.TopicCreate
-	(*TopicDelete)(nil),                              // 5: cohort.raft.v1.TopicDelete
-	(*NodeRegister)(nil),                             // 6: cohort.raft.v1.NodeRegister
-	(*LogFormat)(nil),                                // 7: cohort.raft.v1.LogFormat
-	(*NodeRemove)(nil),                               // 8: cohort.raft.v1.NodeRemove
-	(*SnapshotRecord)(nil),                           // 9: cohort.raft.v1.SnapshotRecord
-	(*ShardMap)(nil),                                 // 10: cohort.raft.v1.ShardMap
-	nil,                                              // 11: cohort.raft.v1.NodeRegister.KafkaListenersEntry
-	(*v1.Record)(nil),                                // 12: cohort.group.v1.Record
-	(*v1.WriteFence)(nil),                            // 13: cohort.group.v1.WriteFence
-	(*v1.GroupRecord)(nil),                           // 14: cohort.group.v1.GroupRecord
-	(*v1.OffsetRecord)(nil),                          // 15: cohort.group.v1.OffsetRecord
-	(*v1.MemberSessions)(nil),                        // 16: cohort.group.v1.MemberSessions
-	(*v1.ConsumerGroupMetadata)(nil),                 // 17: cohort.group.v1.ConsumerGroupMetadata
-	(*v1.ConsumerGroupMemberMetadata)(nil),           // 18: cohort.group.v1.ConsumerGroupMemberMetadata
-	(*v1.ConsumerGroupTargetAssignmentMember)(nil),   // 19: cohort.group.v1.ConsumerGroupTargetAssignmentMember
-	(*v1.ConsumerGroupTargetAssignmentMetadata)(nil), // 20: cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
-	(*v1.ConsumerGroupCurrentMemberAssignment)(nil),  // 21: cohort.group.v1.ConsumerGroupCurrentMemberAssignment
-	(*v11.ScramCredential)(nil),                      // 22: cohort.security.v1.ScramCredential
-	(*v11.AclBinding)(nil),                           // 23: cohort.security.v1.AclBinding
+	(CommandType)(0),                       // 0: cohort.raft.v1.CommandType
+	(*Envelope)(nil),                       // 1: cohort.raft.v1.Envelope
+	(*GroupWrites)(nil),                    // 2: cohort.raft.v1.GroupWrites
+	(*GroupWrite)(nil),                     // 3: cohort.raft.v1.GroupWrite
+	(*TopicCreate)(nil),                    // 4: cohort.raft.v1.TopicCreate
+	(*TopicDelete)(nil),                    // 5: cohort.raft.v1.TopicDelete
+	(*TopicGrow)(nil),                      // 6: cohort.raft.v1.TopicGrow
+	(*NodeRegister)(nil),                   // 7: cohort.raft.v1.NodeRegister
+	(*LogFormat)(nil),                      // 8: cohort.raft.v1.LogFormat
+	(*NodeRemove)(nil),                     // 9: cohort.raft.v1.NodeRemove
+	(*SnapshotRecord)(nil),                 // 10: cohort.raft.v1.SnapshotRecord
+	(*ShardMap)(nil),                       // 11: cohort.raft.v1.ShardMap
+	nil,                                    // 12: cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	(*v1.Record)(nil),                      // 13: cohort.group.v1.Record
+	(*v1.WriteFence)(nil),                  // 14: cohort.group.v1.WriteFence
+	(*v1.GroupRecord)(nil),                 // 15: cohort.group.v1.GroupRecord
+	(*v1.OffsetRecord)(nil),                // 16: cohort.group.v1.OffsetRecord
+	(*v1.MemberSessions)(nil),              // 17: cohort.group.v1.MemberSessions
+	(*v1.ConsumerGroupMetadata)(nil),       // 18: cohort.group.v1.ConsumerGroupMetadata
+	(*v1.ConsumerGroupMemberMetadata)(nil), // 19: cohort.group.v1.ConsumerGroupMemberMetadata
+	(*v1.ConsumerGroupTargetAssignmentMember)(nil),   // 20: cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	(*v1.ConsumerGroupTargetAssignmentMetadata)(nil), // 21: cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	(*v1.ConsumerGroupCurrentMemberAssignment)(nil),  // 22: cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	(*v11.ScramCredential)(nil),                      // 23: cohort.security.v1.ScramCredential
+	(*v11.AclBinding)(nil),                           // 24: cohort.security.v1.AclBinding
 }
 var file_cohort_raft_v1_raft_proto_depIdxs = []int32{
 	0,  // 0: cohort.raft.v1.Envelope.type:type_name -> cohort.raft.v1.CommandType
 	3,  // 1: cohort.raft.v1.GroupWrites.writes:type_name -> cohort.raft.v1.GroupWrite
-	12, // 2: cohort.raft.v1.GroupWrite.records:type_name -> cohort.group.v1.Record
-	13, // 3: cohort.raft.v1.GroupWrite.fence:type_name -> cohort.group.v1.WriteFence
-	11, // 4: cohort.raft.v1.NodeRegister.kafka_listeners:type_name -> cohort.raft.v1.NodeRegister.KafkaListenersEntry
-	14, // 5: cohort.raft.v1.SnapshotRecord.group:type_name -> cohort.group.v1.GroupRecord
-	15, // 6: cohort.raft.v1.SnapshotRecord.offset:type_name -> cohort.group.v1.OffsetRecord
+	13, // 2: cohort.raft.v1.GroupWrite.records:type_name -> cohort.group.v1.Record
+	14, // 3: cohort.raft.v1.GroupWrite.fence:type_name -> cohort.group.v1.WriteFence
+	12, // 4: cohort.raft.v1.NodeRegister.kafka_listeners:type_name -> cohort.raft.v1.NodeRegister.KafkaListenersEntry
+	15, // 5: cohort.raft.v1.SnapshotRecord.group:type_name -> cohort.group.v1.GroupRecord
+	16, // 6: cohort.raft.v1.SnapshotRecord.offset:type_name -> cohort.group.v1.OffsetRecord
 	4,  // 7: cohort.raft.v1.SnapshotRecord.topic:type_name -> cohort.raft.v1.TopicCreate
-	6,  // 8: cohort.raft.v1.SnapshotRecord.node:type_name -> cohort.raft.v1.NodeRegister
-	7,  // 9: cohort.raft.v1.SnapshotRecord.log_format:type_name -> cohort.raft.v1.LogFormat
-	16, // 10: cohort.raft.v1.SnapshotRecord.member_sessions:type_name -> cohort.group.v1.MemberSessions
-	17, // 11: cohort.raft.v1.SnapshotRecord.consumer_group_metadata:type_name -> cohort.group.v1.ConsumerGroupMetadata
-	18, // 12: cohort.raft.v1.SnapshotRecord.consumer_member_metadata:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata
-	19, // 13: cohort.raft.v1.SnapshotRecord.consumer_target_assignment:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMember
-	20, // 14: cohort.raft.v1.SnapshotRecord.consumer_target_assignment_metadata:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
-	21, // 15: cohort.raft.v1.SnapshotRecord.consumer_current_assignment:type_name -> cohort.group.v1.ConsumerGroupCurrentMemberAssignment
-	10, // 16: cohort.raft.v1.SnapshotRecord.shard_map:type_name -> cohort.raft.v1.ShardMap
-	22, // 17: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
-	23, // 18: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
+	7,  // 8: cohort.raft.v1.SnapshotRecord.node:type_name -> cohort.raft.v1.NodeRegister
+	8,  // 9: cohort.raft.v1.SnapshotRecord.log_format:type_name -> cohort.raft.v1.LogFormat
+	17, // 10: cohort.raft.v1.SnapshotRecord.member_sessions:type_name -> cohort.group.v1.MemberSessions
+	18, // 11: cohort.raft.v1.SnapshotRecord.consumer_group_metadata:type_name -> cohort.group.v1.ConsumerGroupMetadata
+	19, // 12: cohort.raft.v1.SnapshotRecord.consumer_member_metadata:type_name -> cohort.group.v1.ConsumerGroupMemberMetadata
+	20, // 13: cohort.raft.v1.SnapshotRecord.consumer_target_assignment:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMember
+	21, // 14: cohort.raft.v1.SnapshotRecord.consumer_target_assignment_metadata:type_name -> cohort.group.v1.ConsumerGroupTargetAssignmentMetadata
+	22, // 15: cohort.raft.v1.SnapshotRecord.consumer_current_assignment:type_name -> cohort.group.v1.ConsumerGroupCurrentMemberAssignment
+	11, // 16: cohort.raft.v1.SnapshotRecord.shard_map:type_name -> cohort.raft.v1.ShardMap
+	23, // 17: cohort.raft.v1.SnapshotRecord.scram:type_name -> cohort.security.v1.ScramCredential
+	24, // 18: cohort.raft.v1.SnapshotRecord.acl:type_name -> cohort.security.v1.AclBinding
 	19, // [19:19] is the sub-list for method output_type
 	19, // [19:19] is the sub-list for method input_type
 	19, // [19:19] is the sub-list for extension type_name
@@ -1076,7 +1152,7 @@ func file_cohort_raft_v1_raft_proto_init() {
 	if File_cohort_raft_v1_raft_proto != nil {
 		return
 	}
-	file_cohort_raft_v1_raft_proto_msgTypes[8].OneofWrappers = []any{
+	file_cohort_raft_v1_raft_proto_msgTypes[9].OneofWrappers = []any{
 		(*SnapshotRecord_Group)(nil),
 		(*SnapshotRecord_Offset)(nil),
 		(*SnapshotRecord_Topic)(nil),
@@ -1098,7 +1174,7 @@ func file_cohort_raft_v1_raft_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cohort_raft_v1_raft_proto_rawDesc), len(file_cohort_raft_v1_raft_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
