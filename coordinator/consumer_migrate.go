@@ -57,6 +57,11 @@ import (
 // answer once the write is done.
 func (g *Group) ConsumerHeartbeat(cfg *ConsumerConfig, topics map[string]int32, req *ConsumerHeartbeatRequest, now time.Time, cfx *ConsumerEffects, fx *Effects) ConsumerHeartbeatResponse {
 	if cg := g.consumer; cg != nil {
+		if req.MemberEpoch != EpochLeave {
+			// Only a leave removes a member: no downgrade to look for (and
+			// no member count to take on every heartbeat).
+			return cg.Heartbeat(req, now, cfx)
+		}
 		before, epoch := cg.numConsumerProtocol(), cg.epoch
 		resp := cg.Heartbeat(req, now, cfx)
 		g.maybeDowngrade(before, epoch, now, cfx, fx)

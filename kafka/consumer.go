@@ -7,6 +7,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/proto"
 
 	grouppb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
@@ -37,34 +38,58 @@ const (
 // Kafka's broker checks, in its order: the protocol is on, GROUP READ, and
 // TOPIC DESCRIBE on every subscribed name (one denial refuses the request).
 // The rest of the request's validation is the group machine's.
+//
+// The reader sends it to the groups without waiting (sentKey, prepare), as
+// it does the calls that wait on a Raft write: a member's heartbeat may.
+// This handler is the same request answered by a worker that waits.
 func (l *Listener) consumerGroupHeartbeat(ctx context.Context, r *request, req *kmsg.ConsumerGroupHeartbeatRequest) kmsg.Response {
-	resp := kmsg.NewPtrConsumerGroupHeartbeatResponse()
-	if !l.cfg.ConsumerProtocol {
-		resp.ErrorCode, resp.ErrorMessage = kerr.UnsupportedVersion.Code, kmsg.StringPtr(consumerProtocolOffMsg)
+	n, resp := l.prepareConsumerHeartbeat(r, req)
+	if resp != nil {
 		return resp
+	}
+	m, err := l.groups.CallWithin(ctx, n, callTimeout)
+	return (*consumerHeartbeatAnswer)(req).answer(l, n, m, err)
+}
+
+// prepareConsumerHeartbeat checks a ConsumerGroupHeartbeat and builds its
+// native request; or it returns the answer when the request goes no
+// further.
+func (l *Listener) prepareConsumerHeartbeat(r *request, req *kmsg.ConsumerGroupHeartbeatRequest) (*grouppb.ConsumerGroupHeartbeatRequest, kmsg.Response) {
+	refuse := func(code int16, msg *string) (*grouppb.ConsumerGroupHeartbeatRequest, kmsg.Response) {
+		resp := kmsg.NewPtrConsumerGroupHeartbeatResponse()
+		resp.ErrorCode, resp.ErrorMessage = code, msg
+		return nil, resp
+	}
+	if !l.cfg.ConsumerProtocol {
+		return refuse(kerr.UnsupportedVersion.Code, kmsg.StringPtr(consumerProtocolOffMsg))
 	}
 	if !r.groupAllowed(kmsg.ACLOperationRead, req.Group) {
-		resp.ErrorCode = groupDenied
-		return resp
+		return refuse(groupDenied, nil)
 	}
 	if !r.topicsDescribable(req.SubscribedTopicNames) {
-		resp.ErrorCode = topicDenied
-		return resp
+		return refuse(topicDenied, nil)
 	}
 	if field := notUTF8(req); field != "" {
 		// Native strings are UTF-8 (they cross protoactor remote and
 		// Raft as protobuf): such a request cannot be passed on.
-		resp.ErrorCode, resp.ErrorMessage = kerr.InvalidRequest.Code, kmsg.StringPtr(field+" is not valid UTF-8.")
-		return resp
+		return refuse(kerr.InvalidRequest.Code, kmsg.StringPtr(field+" is not valid UTF-8."))
 	}
 	n, dropped := l.heartbeatRequest(r, req)
 	if dropped > 0 && n.MemberEpoch == 0 {
 		// The owned topics the catalog does not know cannot be passed on,
 		// and a join must own none: refused here as the group would have.
-		resp.ErrorCode, resp.ErrorMessage = kerr.InvalidRequest.Code, kmsg.StringPtr(joinOwnsTopicsMsg)
-		return resp
+		return refuse(kerr.InvalidRequest.Code, kmsg.StringPtr(joinOwnsTopicsMsg))
 	}
-	out, err := call[*grouppb.ConsumerGroupHeartbeatResponse](ctx, l, callTimeout, n)
+	return n, nil
+}
+
+// consumerHeartbeatAnswer is a ConsumerGroupHeartbeat that builds its Kafka
+// answer from the native one (asyncCall).
+type consumerHeartbeatAnswer kmsg.ConsumerGroupHeartbeatRequest
+
+func (*consumerHeartbeatAnswer) answer(l *Listener, n, m proto.Message, err error) kmsg.Response {
+	resp := kmsg.NewPtrConsumerGroupHeartbeatResponse()
+	out, err := expect[*grouppb.ConsumerGroupHeartbeatResponse](l, n, m, err)
 	if err != nil {
 		resp.ErrorCode = callErrorCode(err)
 		return resp

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -285,6 +286,7 @@ func TestOwnedUnknownTopic(t *testing.T) {
 
 // A failed call answers COORDINATOR_NOT_AVAILABLE, as every group API.
 func TestConsumerCallFailureIsRetriable(t *testing.T) {
+	withAsyncBound(t, 200*time.Millisecond) // the heartbeat's call is sent: answered at its bound
 	fg := &fakeGroups{fn: func(ctx context.Context, _ proto.Message) (proto.Message, error) {
 		return nil, context.DeadlineExceeded
 	}}

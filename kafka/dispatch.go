@@ -96,11 +96,11 @@ func (c *conn) dispatch(frame []byte, borrowed bool) error {
 }
 
 // sentKey reports whether requests of API key are sent to the groups
-// (Groups.Send) from the reader: those that wait on a Raft write or a
+// (Groups.Send) from the reader: those that may wait on a Raft write or a
 // rebalance.
 func sentKey(key int16) bool {
 	switch key {
-	case kmsg.OffsetCommit.Int16(), kmsg.JoinGroup.Int16(), kmsg.SyncGroup.Int16():
+	case kmsg.OffsetCommit.Int16(), kmsg.JoinGroup.Int16(), kmsg.SyncGroup.Int16(), kmsg.ConsumerGroupHeartbeat.Int16():
 		return true
 	}
 	return false

@@ -88,6 +88,12 @@ func (l *Listener) prepare(r *request, kreq kmsg.Request, one *commitOne) (proto
 	case *kmsg.SyncGroupRequest:
 		n, timeout, resp := l.prepareSync(r, req)
 		return n, timeout, (*syncAnswer)(req), resp
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		n, resp := l.prepareConsumerHeartbeat(r, req)
+		if resp != nil {
+			return nil, 0, nil, resp
+		}
+		return n, callTimeout, (*consumerHeartbeatAnswer)(req), nil
 	}
 	panic(fmt.Sprintf("kafka: %T is not a waiting call", kreq))
 }
