@@ -88,5 +88,20 @@ func (l *Listener) apiVersions(version int16) kmsg.Response {
 		f.Name, f.MinVersion, f.MaxVersion = FeatureExclusiveOwnership, 1, 1
 		resp.SupportedFeatures = append(resp.SupportedFeatures, f)
 	}
+	if l.cfg.ConsumerProtocol && resp.GetVersion() >= 3 {
+		// Kafka 4's feature for the consumer group protocol, finalized at
+		// level 1 as Kafka finalizes it (clients decide from API 68).
+		f := kmsg.NewApiVersionsResponseSupportedFeature()
+		f.Name, f.MinVersion, f.MaxVersion = featureGroupVersion, 0, 1
+		resp.SupportedFeatures = append(resp.SupportedFeatures, f)
+		ff := kmsg.NewApiVersionsResponseFinalizedFeature()
+		ff.Name, ff.MinVersionLevel, ff.MaxVersionLevel = featureGroupVersion, 1, 1
+		resp.FinalizedFeatures = append(resp.FinalizedFeatures, ff)
+		resp.FinalizedFeaturesEpoch = 0
+	}
 	return resp
 }
+
+// featureGroupVersion is Kafka's group.version feature: level 1 enables
+// the consumer group protocol (KIP-848).
+const featureGroupVersion = "group.version"

@@ -419,7 +419,7 @@ func TestUnsupportedVersionAndAPI(t *testing.T) {
 // v3 on (the first version with the field), and only when it is on.
 func TestApiVersionsAdvertisesExclusiveOwnership(t *testing.T) {
 	for _, on := range []bool{true, false} {
-		s := startServer(t, nil, func(c *Config) { c.ExclusiveOwnership = on })
+		s := startServer(t, nil, func(c *Config) { c.ExclusiveOwnership, c.ConsumerProtocol = on, false })
 		c := dial(t, s.l.Addr())
 		for _, v := range []int16{0, 1, 2, 3} {
 			r := c.do(&kmsg.ApiVersionsRequest{Version: v, ClientSoftwareName: "t", ClientSoftwareVersion: "1"}).(*kmsg.ApiVersionsResponse)
@@ -433,6 +433,30 @@ func TestApiVersionsAdvertisesExclusiveOwnership(t *testing.T) {
 			}
 			if r.ErrorCode != 0 || fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("guard %v, v%d: error %d, features %+v, want %+v", on, v, r.ErrorCode, got, want)
+			}
+		}
+	}
+}
+
+// With the consumer group protocol on, ApiVersions v3+ finalizes Kafka's
+// group.version feature at level 1, as a Kafka 4 broker does; off, it is
+// not listed.
+func TestApiVersionsGroupVersionFeature(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		s := startServer(t, nil, func(c *Config) { c.ConsumerProtocol, c.ExclusiveOwnership = on, false })
+		c := dial(t, s.l.Addr())
+		for _, v := range []int16{2, 3} {
+			r := c.do(&kmsg.ApiVersionsRequest{Version: v, ClientSoftwareName: "t", ClientSoftwareVersion: "1"}).(*kmsg.ApiVersionsResponse)
+			finalized := ""
+			for _, f := range r.FinalizedFeatures {
+				finalized += fmt.Sprintf("%s=%d..%d ", f.Name, f.MinVersionLevel, f.MaxVersionLevel)
+			}
+			want := ""
+			if on && v >= 3 {
+				want = "group.version=1..1 "
+			}
+			if r.ErrorCode != 0 || finalized != want || (want != "" && r.FinalizedFeaturesEpoch < 0) {
+				t.Fatalf("protocol %v, v%d: finalized %q epoch %d, want %q", on, v, finalized, r.FinalizedFeaturesEpoch, want)
 			}
 		}
 	}
