@@ -68,19 +68,7 @@ func (a *groupActor) publishConsumerView(cg *coordinator.ConsumerGroup) {
 		t.last = consumerBaseline(cg)
 	}
 	t.seen, t.consumerState, t.generation, t.members = true, st, epoch, n
-	o.mu.Lock()
-	if prev := o.groups[a.id]; prev != nil && prev.Type == "consumer" {
-		view.History = prev.History
-	}
-	if done != nil {
-		h := append(slices.Clone(view.History), *done)
-		if len(h) > HistoryLength {
-			h = h[len(h)-HistoryLength:]
-		}
-		view.History = h
-	}
-	o.groups[a.id] = &view
-	o.mu.Unlock()
+	o.store(a.id, view, done)
 }
 
 // consumerBaseline is what each member of a consumer group holds, as the

@@ -156,9 +156,14 @@ func (a *groupActor) publishView() {
 		t.last = baselineOf(a.g) // loaded: the generation it had is the baseline
 	}
 	t.seen, t.state, t.generation, t.members = true, st, gen, n
+	o.store(a.id, view, done)
+}
+
+// store keeps a group's new view with its history (that of the view it
+// replaces, if of the same type), and the rebalance just done, if any.
+func (o *Observer) store(id string, view GroupView, done *Rebalance) {
 	o.mu.Lock()
-	prev := o.groups[a.id]
-	if prev != nil {
+	if prev := o.groups[id]; prev != nil && prev.Type == view.Type {
 		view.History = prev.History
 	}
 	if done != nil {
@@ -168,7 +173,7 @@ func (a *groupActor) publishView() {
 		}
 		view.History = h
 	}
-	o.groups[a.id] = &view
+	o.groups[id] = &view
 	o.mu.Unlock()
 }
 

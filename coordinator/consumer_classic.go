@@ -201,23 +201,7 @@ func (g *ConsumerGroup) ClassicJoin(req *pb.JoinGroupRequest, newID string, now 
 	}
 
 	// Committed from here on.
-	var before consumerMember
-	switch {
-	case replaced != nil:
-		g.renameMember(replaced, &upd, fx)
-		m = g.members[upd.id]
-	case m == nil:
-		m = &consumerMember{}
-		*m = upd
-		m.assigned, m.pending, m.target = tpSet{}, tpSet{}, tpSet{}
-		g.members[m.id] = m
-	default:
-		before = *m
-		*m = upd
-	}
-	if m.instanceID != "" {
-		g.static[m.instanceID] = m.id
-	}
+	m, before := g.putMember(m, replaced, upd, fx)
 	g.dropUnusedRegex(before.regex)
 	newMember := before.id == "" && replaced == nil
 	subChanged := newMember || !slices.Equal(before.topics, m.topics) || before.regex != m.regex || before.assignor != m.assignor

@@ -190,23 +190,7 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 	}
 
 	// Committed from here on.
-	var before consumerMember
-	switch {
-	case replaced != nil:
-		g.renameMember(replaced, &upd, fx)
-		m = g.members[upd.id]
-	case isNew:
-		m = &consumerMember{}
-		*m = upd
-		m.assigned, m.pending, m.target = tpSet{}, tpSet{}, tpSet{}
-		g.members[m.id] = m
-	default:
-		before = *m
-		*m = upd
-	}
-	if m.instanceID != "" {
-		g.static[m.instanceID] = m.id
-	}
+	m, before := g.putMember(m, replaced, upd, fx)
 	if m.regex != "" {
 		g.compile(m.regex)
 	}
@@ -351,6 +335,30 @@ const MaxRegexLen = 4096
 
 // errRegexTooLong refuses a regex longer than MaxRegexLen.
 var errRegexTooLong = fmt.Errorf("longer than %d characters", MaxRegexLen)
+
+// putMember makes upd the member: in the seat of replaced (a static
+// member taking its instance's place), as a new member (m nil), or over m.
+// It returns the member and what m was before (zero otherwise).
+func (g *ConsumerGroup) putMember(m, replaced *consumerMember, upd consumerMember, fx *ConsumerEffects) (*consumerMember, consumerMember) {
+	var before consumerMember
+	switch {
+	case replaced != nil:
+		g.renameMember(replaced, &upd, fx)
+		m = g.members[upd.id]
+	case m == nil:
+		m = &consumerMember{}
+		*m = upd
+		m.assigned, m.pending, m.target = tpSet{}, tpSet{}, tpSet{}
+		g.members[m.id] = m
+	default:
+		before = *m
+		*m = upd
+	}
+	if m.instanceID != "" {
+		g.static[m.instanceID] = m.id
+	}
+	return m, before
+}
 
 // compileFull compiles a subscription regex with full-match semantics
 // (Kafka's RE2/J matches(): the whole topic name must match).

@@ -312,25 +312,7 @@ func formGroups(b *testing.B, addr, prefix string, groups, members, parallel int
 	return all, start
 }
 
-func createBenchTopic(b *testing.B, addr string) {
-	c, err := dialP(addr)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.close()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	req.SetVersion(4)
-	t := kmsg.NewCreateTopicsRequestTopic()
-	t.Topic, t.NumPartitions, t.ReplicationFactor = benchTopic, benchMembers, 1
-	req.Topics = append(req.Topics, t)
-	r, err := c.do(req)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if code := r.(*kmsg.CreateTopicsResponse).Topics[0].ErrorCode; code != 0 && code != 36 { // 36: already exists
-		b.Fatalf("create topic: error %d", code)
-	}
-}
+func createBenchTopic(b *testing.B, addr string) { createTopic(b, addr, benchTopic, benchMembers) }
 
 // load sends b.N requests built by mk for members round-robin, closed loop,
 // and reports throughput and the server's CPU and system calls per request.
