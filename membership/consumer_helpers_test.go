@@ -28,8 +28,6 @@ func newConsumerDrv(t *testing.T, cfg Config) *drv {
 	return d
 }
 
-func (d *drv) consumer() *Consumer { return d.sm.(*Consumer) }
-
 // cgOK is a successful heartbeat answer at epoch with a heartbeat interval
 // of 2s; with assign set it carries the assignment tps.
 func cgOK(epoch int32, assign bool, tps ...assignor.TopicPartitions) *pb.ConsumerGroupHeartbeatResponse {

@@ -30,7 +30,7 @@ func (n *Node) consumerGroupsAllowed(rep *raftfsm.Replica) func() error {
 			return errors.New("the consumer group protocol is turned off (--group-coordinator-rebalance-protocols classic)")
 		}
 		if f := rep.FSM.LogFormat(); f < raftfsm.LogFormatConsumer {
-			return fmt.Errorf("the consumer group protocol is not available yet: the cluster's log format is %d, and consumer groups need %d, which the cluster reaches once every node runs a version that applies it.", f, raftfsm.LogFormatConsumer)
+			return fmt.Errorf("the consumer group protocol is not available yet: the cluster's log format is %d, and consumer groups need %d, which the cluster reaches once every node runs a version that applies it", f, raftfsm.LogFormatConsumer)
 		}
 		return nil
 	}
