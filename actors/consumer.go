@@ -1,8 +1,6 @@
 package actors
 
 import (
-	"errors"
-
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
@@ -16,6 +14,19 @@ type consumerEnv struct {
 	cfg     *coordinator.ConsumerConfig
 	allowed func() error
 	topics  func() (uint64, map[string]int32)
+}
+
+// refusal is the answer to a ConsumerGroupHeartbeat that would create a
+// consumer group while none may be created (UNSUPPORTED_VERSION, on which
+// clients use the classic protocol); nil when it may.
+func (c *consumerEnv) refusal() *pb.ConsumerGroupHeartbeatResponse {
+	if c.allowed == nil {
+		return nil
+	}
+	if err := c.allowed(); err != nil {
+		return &pb.ConsumerGroupHeartbeatResponse{ErrorCode: coordinator.ErrUnsupportedVersion, ErrorMessage: err.Error()}
+	}
+	return nil
 }
 
 // catalog returns the topic catalog and its version.
@@ -44,8 +55,8 @@ type consumerSide struct {
 	waiting  []consumerReply
 	// failed is the error of a write that failed: the machine's state is
 	// ahead of the store, so every answer is an error until the writes in
-	// flight are done; then the actor stops, and the group's next request
-	// starts it afresh from the store.
+	// flight are done; then the router replaces the actor with one that
+	// loads the group from the store (groupReload).
 	failed error
 }
 
@@ -55,19 +66,6 @@ type consumerReply struct {
 	to    coordinator.ReplyTo
 	req   proto.Message
 	msg   proto.Message
-}
-
-// failedAnswer answers req after a failed write (err).
-func failedAnswer(req proto.Message, err error) proto.Message {
-	switch req.(type) {
-	case *pb.ConsumerGroupHeartbeatRequest, *pb.ConsumerGroupDescribeRequest, nil:
-		return coordinator.ConsumerWriteFailed(err)
-	}
-	code := coordinator.ErrCoordinatorNotAvailable
-	if errors.Is(err, coordinator.ErrStoreNotLeader) {
-		code = coordinator.ErrNotCoordinator
-	}
-	return coordinator.NotCoordinator(req, code)
 }
 
 // consumerPersisted reports the completion of a consumer group write.
@@ -83,7 +81,7 @@ type consumerPersisted struct {
 func (a *groupActor) onConsumerHeartbeat(ctx actor.Context, m *pb.ConsumerGroupHeartbeatRequest, to coordinator.ReplyTo) {
 	cs := &a.consumer
 	if cs.failed != nil {
-		deliver(ctx, to, coordinator.ConsumerWriteFailed(cs.failed))
+		deliver(ctx, to, coordinator.WriteFailed(m, cs.failed))
 		return
 	}
 	req := coordinator.ConsumerHeartbeatFromProto(m)
@@ -94,15 +92,15 @@ func (a *groupActor) onConsumerHeartbeat(ctx actor.Context, m *pb.ConsumerGroupH
 	if cg := a.g.Consumer(); cg != nil {
 		a.refreshTopics(cg)
 	} else {
-		if err := a.consumerAllowed(); err != nil {
-			deliver(ctx, to, &pb.ConsumerGroupHeartbeatResponse{ErrorCode: coordinator.ErrUnsupportedVersion, ErrorMessage: err.Error()})
+		if r := a.env.consumer.refusal(); r != nil {
+			deliver(ctx, to, r)
 			return
 		}
 		cs.topicsAt, topics = a.env.consumer.catalog()
 	}
 	resp := a.g.ConsumerHeartbeat(a.env.consumer.cfg, topics, req, a.now, &cs.fx, &a.fx)
 	a.executeConsumer(ctx)
-	a.execute(ctx)
+	a.executeClassic(ctx)
 	a.answerConsumer(ctx, to, m, resp.Proto())
 }
 
@@ -114,7 +112,7 @@ func (a *groupActor) onConsumerHeartbeat(ctx actor.Context, m *pb.ConsumerGroupH
 func (a *groupActor) onClassicToConsumer(ctx actor.Context, req proto.Message, to coordinator.ReplyTo) bool {
 	cs := &a.consumer
 	if cs.failed != nil {
-		deliver(ctx, to, failedAnswer(req, cs.failed))
+		deliver(ctx, to, coordinator.WriteFailed(req, cs.failed))
 		return true
 	}
 	var newID string
@@ -127,15 +125,6 @@ func (a *groupActor) onClassicToConsumer(ctx actor.Context, req proto.Message, t
 		a.answerConsumer(ctx, to, req, resp)
 	}
 	return served
-}
-
-// consumerAllowed reports why consumer groups cannot be created now (nil:
-// they can).
-func (a *groupActor) consumerAllowed() error {
-	if f := a.env.consumer.allowed; f != nil {
-		return f()
-	}
-	return nil
 }
 
 // refreshTopics hands the machine the catalog when it changed since the
@@ -200,7 +189,7 @@ func (a *groupActor) onConsumerPersisted(ctx actor.Context, m *consumerPersisted
 		}
 		msg := r.msg
 		if cs.failed != nil {
-			msg = failedAnswer(r.req, cs.failed)
+			msg = coordinator.WriteFailed(r.req, cs.failed)
 		}
 		deliver(ctx, r.to, msg)
 	}
@@ -234,7 +223,16 @@ func (a *groupActor) onConsumerTimer(ctx actor.Context, kind coordinator.Consume
 		a.track.cause = CauseExpiry
 	}
 	a.executeConsumer(ctx)
-	a.execute(ctx)
+	a.executeClassic(ctx)
+}
+
+// executeClassic carries out what a call into the consumer group asked of
+// the classic Group (a conversion's answers and timers); usually nothing,
+// and then the views executeConsumer published stand.
+func (a *groupActor) executeClassic(ctx actor.Context) {
+	if !a.fx.Empty() {
+		a.execute(ctx)
+	}
 }
 
 // onConsumerDescribe answers ConsumerGroupDescribe.
@@ -251,7 +249,7 @@ func (a *groupActor) onConsumerDescribe(ctx actor.Context, to coordinator.ReplyT
 // stopped coordinating the group).
 func (a *groupActor) unloadConsumer(ctx actor.Context) {
 	for _, r := range a.consumer.waiting {
-		deliver(ctx, r.to, failedAnswer(r.req, coordinator.ErrStoreNotLeader))
+		deliver(ctx, r.to, coordinator.WriteFailed(r.req, coordinator.ErrStoreNotLeader))
 	}
 	a.consumer.waiting = nil
 }

@@ -202,17 +202,13 @@ func (r *groupsActor) serving(ctx actor.Context) {
 		if r.children[m.id] == m.pid {
 			r.forget(ctx, m.id)
 			r.spawn(ctx, m.id)
-			self := ctx.Self()
-			time.AfterFunc(goneGrace, func() { r.env.system.Root.Send(self, &stopGone{pid: m.pid}) })
+			r.stopAfterGrace(ctx, m.pid)
 		}
 	case *groupGone:
 		if r.children[m.id] == m.pid {
 			r.forget(ctx, m.id)
 		}
-		// Local callers may still hold the PID for a moment; the dead actor
-		// forwards what they send back here until it is stopped.
-		self := ctx.Self()
-		time.AfterFunc(goneGrace, func() { r.env.system.Root.Send(self, &stopGone{pid: m.pid}) })
+		r.stopAfterGrace(ctx, m.pid)
 	case *actor.Terminated:
 		r.onTerminated(ctx, m)
 	}
@@ -222,6 +218,14 @@ func (r *groupsActor) serving(ctx actor.Context) {
 const goneGrace = 10 * time.Second
 
 type stopGone struct{ pid *actor.PID }
+
+// stopAfterGrace stops a group actor that gave its group up, goneGrace
+// from now: local callers may still hold its PID for a moment, and it
+// forwards what they send back here until then.
+func (r *groupsActor) stopAfterGrace(ctx actor.Context, pid *actor.PID) {
+	self := ctx.Self()
+	time.AfterFunc(goneGrace, func() { r.env.system.Root.Send(self, &stopGone{pid: pid}) })
+}
 
 func (r *groupsActor) onRequest(ctx actor.Context, req proto.Message, to coordinator.ReplyTo) {
 	switch m := req.(type) {
@@ -341,10 +345,8 @@ func (r *groupsActor) absent(m groupRequest) (proto.Message, bool) {
 		if !create {
 			return resp.Proto(), false
 		}
-		if f := r.env.consumer.allowed; f != nil {
-			if err := f(); err != nil {
-				return &pb.ConsumerGroupHeartbeatResponse{ErrorCode: coordinator.ErrUnsupportedVersion, ErrorMessage: err.Error()}, false
-			}
+		if refusal := r.env.consumer.refusal(); refusal != nil {
+			return refusal, false
 		}
 		return nil, true
 	case *pb.ConsumerGroupDescribeRequest:

@@ -70,9 +70,7 @@
 //     classic members remain, tombstones remove every consumer record and
 //     the classic group is written, then rebalances.
 //   - Group.ConsumerHeartbeat, Group.ServeClassic and Group.ConsumerTimer are
-//     the owner's entry points; they supersede RefuseConsumerHeartbeat,
-//     RefuseClassic and ConsumerGroup.OnTimer, which stay for owners that
-//     do not migrate. consumer_migrate_test.go runs rolling upgrades and
+//     the owner's entry points. consumer_migrate_test.go runs rolling upgrades and
 //     downgrades of eager and cooperative clients and checks that no
 //     partition is ever held by two clients.
 //

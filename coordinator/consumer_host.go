@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -11,49 +10,22 @@ import (
 )
 
 // A group id has one type at a time. Its Group keeps the committed offsets
-// whatever the type; a consumer group (KIP-848) lives inside it, attached
-// while its classic side has no members, and from then on the Group refuses
-// classic membership requests and checks commits against the consumer
-// group's member epochs (Kafka's OffsetMetadataManager is likewise shared by
-// both group types).
+// whatever the type; a consumer group (KIP-848) lives inside it (attached
+// and detached by consumer_migrate.go), and then the Group checks commits
+// and fetches against the consumer group's member epochs (Kafka's
+// OffsetMetadataManager is likewise shared by both group types).
 
 // Consumer returns the group's consumer-protocol machine; nil for a classic
 // group.
 func (g *Group) Consumer() *ConsumerGroup { return g.consumer }
 
-// AttachConsumer makes the group a consumer group served by cg. Only a
-// classic group without members or pending member ids may become one (an
-// empty classic group, a group of offsets only, is converted as Kafka
-// converts it); it reports whether it did.
-func (g *Group) AttachConsumer(cg *ConsumerGroup) bool {
-	if g.consumer != nil || g.state == Dead || g.members.len() > 0 || len(g.pending) > 0 {
-		return false
-	}
-	g.consumer = cg
-	return true
-}
-
-// RefuseConsumerHeartbeat is the answer to a ConsumerGroupHeartbeat that a
-// classic group with members cannot take (no online migration yet): Kafka's
-// GROUP_ID_NOT_FOUND with the reason. ok is false when the heartbeat may go
-// to the consumer group (attached, or attachable).
-func (g *Group) RefuseConsumerHeartbeat() (resp ConsumerHeartbeatResponse, ok bool) {
-	if g.consumer != nil {
-		return resp, false
-	}
-	if g.state == Dead || g.members.len() > 0 || len(g.pending) > 0 {
-		return consumerError(ErrGroupIDNotFound, fmt.Sprintf("Group %s is a classic group with members: it cannot be converted to a consumer group.", g.id)), true
-	}
-	return resp, false
-}
-
-// RefuseClassic is the answer to a classic request that a consumer group
-// does not serve; nil when the group is classic or the request is served
-// (offsets, deletion). A JoinGroup gets INCONSISTENT_GROUP_PROTOCOL, the
-// other membership requests UNKNOWN_MEMBER_ID, and DescribeGroups
-// GROUP_ID_NOT_FOUND (ConsumerGroupDescribe describes it), as Kafka answers
-// them when migration is disabled.
-func (g *Group) RefuseClassic(req proto.Message) proto.Message {
+// refuseClassic is the answer to a classic request that a consumer group
+// does not serve when its migration policy is disabled; nil when the group
+// is classic or the request is served (offsets, deletion). A JoinGroup gets
+// INCONSISTENT_GROUP_PROTOCOL, the other membership requests
+// UNKNOWN_MEMBER_ID, and DescribeGroups GROUP_ID_NOT_FOUND
+// (ConsumerGroupDescribe describes it), as Kafka answers them.
+func (g *Group) refuseClassic(req proto.Message) proto.Message {
 	if g.consumer == nil {
 		return nil
 	}
@@ -178,15 +150,19 @@ func (k TimerKey) ConsumerKind() (kind ConsumerTimerKind, ok bool) {
 // write was the group's first).
 func (g *Group) ReplaceConsumer(cg *ConsumerGroup) { g.consumer = cg }
 
-// ConsumerWriteFailed is the answer to a ConsumerGroupHeartbeat whose
-// records, or records written before them, could not be written (Kafka's
+// WriteFailed is the answer to a request of a consumer group whose records,
+// or records written before them, could not be written (err; Kafka's
 // CoordinatorOperationExceptionHelper mapping): NOT_COORDINATOR when this
 // node may no longer write, COORDINATOR_NOT_AVAILABLE otherwise; both make
-// the client find its coordinator and send a full heartbeat again.
-func ConsumerWriteFailed(err error) *pb.ConsumerGroupHeartbeatResponse {
+// the client find its coordinator and send its request (a full heartbeat)
+// again.
+func WriteFailed(req proto.Message, err error) proto.Message {
 	code := ErrCoordinatorNotAvailable
 	if errors.Is(err, ErrStoreNotLeader) {
 		code = ErrNotCoordinator
 	}
-	return &pb.ConsumerGroupHeartbeatResponse{ErrorCode: code, ErrorMessage: "The group's state could not be written: " + err.Error()}
+	if _, ok := req.(*pb.ConsumerGroupHeartbeatRequest); ok {
+		return &pb.ConsumerGroupHeartbeatResponse{ErrorCode: code, ErrorMessage: "The group's state could not be written: " + err.Error()}
+	}
+	return NotCoordinator(req, code)
 }

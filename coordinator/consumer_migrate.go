@@ -45,7 +45,7 @@ import (
 // writes the classic group with RebalancePending set.
 //
 // Empty groups convert whatever the policy: an empty classic group is
-// taken by a valid consumer join (AttachConsumer), an empty consumer group
+// taken by a valid consumer join, an empty consumer group
 // by a JoinGroup (its consumer records are removed; offsets stay).
 
 // ConsumerHeartbeat runs a ConsumerGroupHeartbeat for this group id: it
@@ -122,7 +122,7 @@ func (g *Group) ConsumerTimer(kind ConsumerTimerKind, member string, now time.Ti
 // or an empty one a JoinGroup just turned classic: its records' removal is
 // in cfx), and the owner goes on with the classic Group. Otherwise resp is
 // the answer, sent once cfx.Records are written. newID is as for Join.
-// With the migration policy disabled the answers are RefuseClassic's.
+// With the migration policy disabled the answers are refuseClassic's.
 func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx *ConsumerEffects) (resp proto.Message, served bool) {
 	cg := g.consumer
 	if cg == nil {
@@ -133,7 +133,7 @@ func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx
 		return nil, false
 	}
 	if cg.cfg.MigrationPolicy.Disabled() {
-		if r := g.RefuseClassic(req); r != nil {
+		if r := g.refuseClassic(req); r != nil {
 			return r, true
 		}
 		return nil, false
@@ -163,7 +163,7 @@ func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx
 		}
 		return cg.ClassicLeave(r, cfx), true
 	case *pb.DescribeGroupRequest:
-		return g.RefuseClassic(req), true
+		return g.refuseClassic(req), true
 	}
 	return nil, false
 }

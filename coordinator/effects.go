@@ -172,6 +172,11 @@ func resetSlice[T any](s []T) []T {
 	return s[:0]
 }
 
+// Empty reports whether e asks for nothing.
+func (e *Effects) Empty() bool {
+	return len(e.Replies)+len(e.Timers)+len(e.Persists)+len(e.Events) == 0 && !e.Gone
+}
+
 func (e *Effects) reply(to ReplyTo, msg proto.Message) {
 	if to == nil {
 		return

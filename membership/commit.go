@@ -43,9 +43,12 @@ func (m *Machine) Mark(topic string, partition int32, offset int64) {
 	m.marks[TopicPartition{topic, partition}] = offset
 }
 
-func (m *Machine) markedOffsets() map[string]map[int32]int64 {
+func (m *Machine) markedOffsets() map[string]map[int32]int64 { return byTopic(m.marks) }
+
+// byTopic groups marked offsets by topic.
+func byTopic(marks map[TopicPartition]int64) map[string]map[int32]int64 {
 	out := map[string]map[int32]int64{}
-	for tp, o := range m.marks {
+	for tp, o := range marks {
 		if out[tp.Topic] == nil {
 			out[tp.Topic] = map[int32]int64{}
 		}

@@ -79,16 +79,7 @@ func (m *Consumer) Mark(topic string, partition int32, offset int64) {
 	m.marks[TopicPartition{topic, partition}] = offset
 }
 
-func (m *Consumer) markedOffsets() map[string]map[int32]int64 {
-	out := map[string]map[int32]int64{}
-	for tp, o := range m.marks {
-		if out[tp.Topic] == nil {
-			out[tp.Topic] = map[int32]int64{}
-		}
-		out[tp.Topic][tp.Partition] = o
-	}
-	return out
-}
+func (m *Consumer) markedOffsets() map[string]map[int32]int64 { return byTopic(m.marks) }
 
 func (m *Consumer) onCommit(c *consumerCommit, res any, err error, fx *Effects) {
 	r, _ := res.(*pb.OffsetCommitResponse)
