@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -209,6 +210,24 @@ func formGroups(t *testing.T, c *Cluster, n int) []benchMember {
 }
 
 func formOne(ctx context.Context, conns *Conns, c *Cluster, group string) (benchMember, error) {
+	// A capped node may lose a shard's leadership between the join and
+	// the sync; the new leader does not know a member whose group was
+	// never synced, and a client joins again, as here.
+	for attempt := 1; ; attempt++ {
+		m, err := formOnce(ctx, conns, c, group)
+		var re rejoinError
+		if !errors.As(err, &re) || attempt == 5 {
+			return m, err
+		}
+	}
+}
+
+// rejoinError is a sync answer after which a Kafka client joins again.
+type rejoinError struct{ code int16 }
+
+func (e rejoinError) Error() string { return fmt.Sprintf("error %d", e.code) }
+
+func formOnce(ctx context.Context, conns *Conns, c *Cluster, group string) (benchMember, error) {
 	coord := &Coordinator{Conns: conns, Seeds: c.KafkaAddrs, Group: group}
 	join := func(memberID string) (*kmsg.JoinGroupResponse, string, error) {
 		res, addr, err := coord.Retry(ctx, func() kmsg.Request {
@@ -236,6 +255,9 @@ func formOne(ctx context.Context, conns *Conns, c *Cluster, group string) (bench
 			return benchMember{}, err
 		}
 	}
+	if jr.ErrorCode == 25 || jr.ErrorCode == 27 { // UNKNOWN_MEMBER_ID (a new leader never heard of the pending member), REBALANCE_IN_PROGRESS
+		return benchMember{}, fmt.Errorf("%s: join: %w", group, rejoinError{jr.ErrorCode})
+	}
 	if jr.ErrorCode != 0 {
 		return benchMember{}, fmt.Errorf("%s: join: error %d", group, jr.ErrorCode)
 	}
@@ -255,7 +277,11 @@ func formOne(ctx context.Context, conns *Conns, c *Cluster, group string) (bench
 	if err != nil {
 		return benchMember{}, err
 	}
-	if code := res.(*kmsg.SyncGroupResponse).ErrorCode; code != 0 {
+	switch code := res.(*kmsg.SyncGroupResponse).ErrorCode; code {
+	case 0:
+	case 22, 25, 27: // ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS
+		return benchMember{}, fmt.Errorf("%s: sync: %w", group, rejoinError{code})
+	default:
 		return benchMember{}, fmt.Errorf("%s: sync: error %d", group, code)
 	}
 	return benchMember{group: group, memberID: jr.MemberID, gen: jr.Generation, addr: addr}, nil

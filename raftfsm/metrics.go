@@ -23,6 +23,18 @@ func (n *Node) RegisterMetrics(reg prometheus.Registerer) error {
 			return err
 		}
 	}
+	if l := n.shardLog; l != nil {
+		for _, c := range []prometheus.Collector{
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cohort_raft_shared_log_transactions_total", Help: "Transactions the shards' shared Raft log committed (each with its fsyncs)."},
+				func() float64 { return float64(l.commits.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "cohort_raft_shared_log_writes_total", Help: "Shard log writes (appends, truncations, term and vote updates) those transactions carried."},
+				func() float64 { return float64(l.writes.Load()) }),
+		} {
+			if err := reg.Register(c); err != nil {
+				return err
+			}
+		}
+	}
 	sinks.add(b)
 	n.unregister = append(n.unregister, func() { sinks.remove(b) })
 	return nil
@@ -97,7 +109,7 @@ func newBridge() *bridge {
 	return &bridge{
 		commit: h("cohort_raft_commit_duration_seconds", "Time from a leader's dispatch of a log entry to its commit (raft.commitTime)."),
 		apply:  h("cohort_raft_fsm_apply_duration_seconds", "Time the FSM takes to apply one log entry (raft.fsm.apply)."),
-		store:  h("cohort_raft_log_store_duration_seconds", "Time to write a batch of log entries to raft-boltdb, fsync included (raft.boltdb.storeLogs)."),
+		store:  h("cohort_raft_log_store_duration_seconds", "Time to write a batch of log entries to the Raft log, fsync included (raft.boltdb.storeLogs; with shards, their shared log's wait included)."),
 		snapshot: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cohort_raft_snapshot_duration_seconds",
 			Help:    "Time to take a snapshot, by phase: create (capture the FSM and open the sink) and persist (encode and write it).",

@@ -122,7 +122,10 @@ type Node struct {
 	cfg       Config
 	addr      raft.ServerAddress
 	transport *raft.NetworkTransport
-	logs      *raftboltdb.BoltStore
+	logs      *raftboltdb.BoltStore // the meta group's
+	// shardLog holds the logs of a sharded node's shards; nil with one
+	// shard.
+	shardLog *sharedLog
 	// mux carries every Raft group of a sharded node on the one port; nil
 	// with one shard (the meta group hosts the groups, as before shards).
 	mux *raftmux.Mux
@@ -137,8 +140,9 @@ type Node struct {
 	formatMu sync.Mutex
 }
 
-// Open starts a Raft node over real files: the log and stable store in
-// raft-boltdb (fsync on every write) and file snapshots.
+// Open starts a Raft node over real files: the meta group's log and stable
+// store in raft-boltdb, the shards' in the node's shared log (sharedLog),
+// both with fsync on every write, and file snapshots.
 func Open(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -206,24 +210,41 @@ func Open(cfg Config) (*Node, error) {
 	}
 	mfsm := NewFSM(n.Catalog, cfg.Logger)
 	mfsm.expectShards(shards)
-	meta, err := openReplica(cfg, cfg.Dir, n.transport, mfsm, n.addr, hl)
+	mlogs, err := openBoltLog(filepath.Join(cfg.Dir, "raft.db"))
 	if err != nil {
 		n.closeTransports()
 		return nil, err
 	}
-	n.Replica, n.logs = meta, meta.logs
+	meta, err := openReplica(cfg, cfg.Dir, n.transport, mfsm, n.addr, hl, mlogs)
+	if err != nil {
+		n.closeTransports()
+		return nil, err
+	}
+	n.Replica, n.logs = meta, mlogs
 	if stream != nil {
 		stream.names.raft.Store(meta.raft)
 	}
 	if shards > 1 {
+		if n.shardLog, err = openSharedLog(cfg.Dir); err != nil {
+			n.Close()
+			return nil, err
+		}
 		for k := range shards {
+			logs, err := n.shardLog.shard(k)
+			if err == nil {
+				err = moveShardLog(filepath.Join(ShardDir(cfg.Dir, k), "raft.db"), logs, cfg.Logger)
+			}
+			if err != nil {
+				n.Close()
+				return nil, fmt.Errorf("shard %d: %w", k, err)
+			}
 			layer, _ := n.mux.Shard(uint16(k + 1))
 			stc := tc
 			stc.Stream = layer
 			tr := raft.NewNetworkTransportWithConfig(&stc)
 			// A shard's FSM applies group writes only; its catalog stays
 			// empty (the meta group's is the cluster's).
-			rep, err := openReplica(cfg, ShardDir(cfg.Dir, k), tr, NewFSM(catalog.New(), cfg.Logger.With("shard", k)), n.addr, hl.Named(fmt.Sprintf("shard-%02d", k)))
+			rep, err := openReplica(cfg, ShardDir(cfg.Dir, k), tr, NewFSM(catalog.New(), cfg.Logger.With("shard", k)), n.addr, hl.Named(fmt.Sprintf("shard-%02d", k)), logs)
 			if err != nil {
 				tr.Close()
 				n.Close()
@@ -244,11 +265,10 @@ func Open(cfg Config) (*Node, error) {
 }
 
 // openReplica opens one Raft group's replica in dir over transport: the
-// log and stable store in raft-boltdb (fsync on every write), file
-// snapshots, and the group-commit store. The replica owns transport from
-// here on, also when it fails.
-func openReplica(cfg Config, dir string, transport *raft.NetworkTransport, fsm *FSM, addr raft.ServerAddress, hl hclog.Logger) (_ *Replica, err error) {
-	var logs *raftboltdb.BoltStore
+// log and stable store in logs (fsync on every write), file snapshots in
+// dir, and the group-commit store. The replica owns transport and logs
+// from here on, also when it fails.
+func openReplica(cfg Config, dir string, transport *raft.NetworkTransport, fsm *FSM, addr raft.ServerAddress, hl hclog.Logger, logs replicaLog) (_ *Replica, err error) {
 	defer func() {
 		if err != nil {
 			transport.Close()
@@ -259,27 +279,6 @@ func openReplica(cfg Config, dir string, transport *raft.NetworkTransport, fsm *
 	}()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("raft dir: %w", err)
-	}
-	logs, err = raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(dir, "raft.db"),
-		// Log truncation after snapshots frees pages all the time. With
-		// bolt's defaults every commit rewrites the whole free list (an
-		// array), so each write grew slower as the file aged. The free
-		// list is instead kept in memory as a map and rebuilt by a scan
-		// when the file is opened; the data written and synced is the same.
-		BoltOptions: &bbolt.Options{
-			Timeout:        5 * time.Second, // another process holds the file: fail, not hang
-			NoFreelistSync: true,
-			FreelistType:   bbolt.FreelistMapType,
-		},
-	})
-	if errors.Is(err, bbolt.ErrTimeout) {
-		logs = nil
-		return nil, fmt.Errorf("raft log %s is held by another process (is a cohortd already running on this data dir?)", filepath.Join(dir, "raft.db"))
-	}
-	if err != nil {
-		logs = nil
-		return nil, fmt.Errorf("raft log: %w", err)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 2, hl)
 	if err != nil {
@@ -343,6 +342,25 @@ func openReplica(cfg Config, dir string, transport *raft.NetworkTransport, fsm *
 	rep.Store = NewStore(r, fsm, timeout)
 	rep.watchPeers()
 	return rep, nil
+}
+
+// replicaLog is a replica's Raft log and stable store.
+type replicaLog interface {
+	raft.LogStore
+	raft.StableStore
+	Close() error
+}
+
+// openBoltLog opens (or creates) the raft-boltdb file at path.
+func openBoltLog(path string) (*raftboltdb.BoltStore, error) {
+	logs, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: boltOptions()})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return nil, fmt.Errorf("raft log %s is held by another process (is a cohortd already running on this data dir?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("raft log: %w", err)
+	}
+	return logs, nil
 }
 
 // HasState reports whether dir already holds Raft state.
@@ -473,6 +491,9 @@ func (n *Node) Close() error {
 		errs = append(errs, n.Replica.close())
 	} else {
 		n.closeTransports()
+	}
+	if n.shardLog != nil {
+		errs = append(errs, n.shardLog.close())
 	}
 	if n.mux != nil {
 		n.mux.Close()

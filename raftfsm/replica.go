@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
 // Replica is this node's copy of one Raft group: the Raft instance, the FSM
@@ -32,7 +31,7 @@ type Replica struct {
 	timeout  time.Duration
 	shard    int // which shard of the node's groups it holds (0 with one)
 
-	logs      *raftboltdb.BoltStore
+	logs      replicaLog
 	transport *raft.NetworkTransport
 	health    peerHealth // PeerSettled
 }
