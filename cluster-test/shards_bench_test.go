@@ -56,6 +56,7 @@ func TestBenchShards(t *testing.T) {
 			c := StartCluster(t, 3, benchOptions(t), func(o *Options) {
 				o.Args = append(o.Args, "--shards", strconv.Itoa(shards), "--shard-move-interval", "1s",
 					"--group-max-session-timeout", "5m")
+				o.HTTP = true // the shared log's counters
 			})
 			if shards > 1 {
 				waitShardsEven(t, c, shards, 90*time.Second)
@@ -75,6 +76,10 @@ func TestBenchShards(t *testing.T) {
 				row := fmt.Sprintf("%d\t%s\t%.0f\t%s\t%.1f\t%.2f\t%.0f\t%d", shards, phase, r.rate, r.cpuCells(), r.perOp(), r.spread(), perEntry, r.errors)
 				t.Logf("shards %d %s: %.0f/s, node CPU %s, %.1f µs server CPU per op, busiest/idlest %.2f, %d Raft entries (%.0f ops each), %d errors",
 					shards, phase, r.rate, r.cpuCells(), r.perOp(), r.spread(), r.entries, perEntry, r.errors)
+				if r.logTxs > 0 {
+					t.Logf("shards %d %s: the shared logs committed %.0f transactions a second per node, %.1f shard writes each",
+						shards, phase, r.logTxs/dur.Seconds()/3, r.logWrites/r.logTxs)
+				}
 				rows = append(rows, row)
 			}
 		})
@@ -296,6 +301,20 @@ type loadResult struct {
 	nodes  []string
 	// entries is how many Raft entries the shards committed in the phase.
 	entries uint64
+	// logTxs and logWrites are the shared log's transactions and the
+	// shard writes they carried, summed over the nodes (0 with one shard).
+	logTxs, logWrites float64
+}
+
+// sharedLogCounts sums the shared log's counters over the running nodes.
+func sharedLogCounts(c *Cluster) (txs, writes float64) {
+	for _, n := range c.Running() {
+		if m, err := n.Scrape(); err == nil {
+			txs += m.Sum("cohort_raft_shared_log_transactions_total")
+			writes += m.Sum("cohort_raft_shared_log_writes_total")
+		}
+	}
+	return txs, writes
 }
 
 // raftEntries sums the commit indexes of every shard's leader.
@@ -363,6 +382,7 @@ func runLoad(t *testing.T, c *Cluster, members []benchMember, phase string, wind
 	nodes := c.Running()
 	res := loadResult{cpu: map[string]float64{}}
 	entriesBefore := raftEntries(c)
+	txsBefore, writesBefore := sharedLogCounts(c)
 	before := map[string]float64{}
 	for _, n := range nodes {
 		res.nodes = append(res.nodes, n.ID)
@@ -399,6 +419,8 @@ func runLoad(t *testing.T, c *Cluster, members []benchMember, phase string, wind
 	}
 	wg.Wait()
 	res.entries = raftEntries(c) - entriesBefore
+	txs, writes := sharedLogCounts(c)
+	res.logTxs, res.logWrites = txs-txsBefore, writes-writesBefore
 	slices.Sort(res.nodes)
 	res.ops, res.errors = ops.Load(), errs.Load()
 	if e, _ := firstErr.Swap("").(string); e != "" {
