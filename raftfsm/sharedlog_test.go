@@ -1,9 +1,11 @@
 package raftfsm
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -355,4 +357,94 @@ func gathered(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// sharedLogChildEnv makes the test binary the writer process of
+// TestSharedLogKeepsWhatItAcknowledgedThroughSIGKILL.
+const sharedLogChildEnv = "COHORT_SHARED_LOG_WRITER_DIR"
+
+// A process killed with SIGKILL while 8 shards write to its shared log
+// loses none of the writes it reported done: on reopening, every shard
+// holds every entry up to the last it acknowledged, and each entry is
+// whole.
+func TestSharedLogKeepsWhatItAcknowledgedThroughSIGKILL(t *testing.T) {
+	if dir := os.Getenv(sharedLogChildEnv); dir != "" {
+		sharedLogWriter(dir)
+		return
+	}
+	for round := range 3 {
+		dir := t.TempDir()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSharedLogKeepsWhatItAcknowledgedThroughSIGKILL$")
+		cmd.Env = append(os.Environ(), sharedLogChildEnv+"="+dir)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		acked := map[int]uint64{}
+		sc := bufio.NewScanner(out)
+		deadline := time.Now().Add(time.Duration(200+150*round) * time.Millisecond)
+		for sc.Scan() {
+			var k int
+			var i uint64
+			if _, err := fmt.Sscanf(sc.Text(), "%d %d", &k, &i); err == nil {
+				acked[k] = max(acked[k], i)
+			}
+			if time.Now().After(deadline) && len(acked) == 8 {
+				break
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		s := openTestSharedLog(t, dir)
+		total := uint64(0)
+		for k, last := range acked {
+			l := testShardLog(t, s, k)
+			for i := uint64(1); i <= last; i++ {
+				var got raft.Log
+				if err := l.GetLog(i, &got); err != nil || !sameEntry(&got, testEntry(i, uint64(k+1))) {
+					t.Fatalf("round %d shard %d: acknowledged entry %d of %d: %+v, %v", round, k, i, last, got, err)
+				}
+			}
+			total += last
+		}
+		s.close()
+		if len(acked) != 8 || total == 0 {
+			t.Fatalf("round %d: the writer acknowledged %v", round, acked)
+		}
+		t.Logf("round %d: %d acknowledged entries of 8 shards all there", round, total)
+	}
+}
+
+// sharedLogWriter appends to 8 shards of the shared log in dir, one
+// goroutine each, printing "shard index" after each append returned, until
+// it is killed.
+func sharedLogWriter(dir string) {
+	s, err := openSharedLog(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var mu sync.Mutex
+	for k := range 8 {
+		l, err := s.shard(k)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		go func() {
+			for i := uint64(1); ; i++ {
+				if err := l.StoreLogs([]*raft.Log{testEntry(i, uint64(k+1))}); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+				mu.Lock()
+				fmt.Fprintf(os.Stdout, "%d %d\n", k, i)
+				mu.Unlock()
+			}
+		}()
+	}
+	select {}
 }
