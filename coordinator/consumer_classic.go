@@ -156,7 +156,7 @@ func (g *ConsumerGroup) ClassicJoin(req *pb.JoinGroupRequest, newID string, now 
 		// A consumer-protocol member does not send JoinGroup.
 		return joinError(memberID, ErrUnknownMemberID)
 	}
-	if m == nil && replaced == nil && g.cfg.MaxSize > 0 && len(g.members) >= g.cfg.MaxSize {
+	if g.full(m, replaced) {
 		return joinError(memberID, ErrGroupMaxSizeReached)
 	}
 	if !g.supportsClassic(memberID, req.GetProtocolType(), req.GetProtocols()) {
@@ -167,16 +167,7 @@ func (g *ConsumerGroup) ClassicJoin(req *pb.JoinGroupRequest, newID string, now 
 		return joinError(memberID, ErrInconsistentGroupProto)
 	}
 
-	upd := consumerMember{}
-	switch {
-	case replaced != nil:
-		upd = *replaced
-		upd.id, upd.epoch, upd.previousEpoch, upd.state = memberID, 0, 0, MemberStable
-	case m == nil:
-		upd = consumerMember{id: memberID}
-	default:
-		upd = *m
-	}
+	upd := updateFrom(m, replaced, memberID)
 	upd.instanceID = ""
 	if req.GroupInstanceId != nil {
 		upd.instanceID = req.GetGroupInstanceId()

@@ -114,6 +114,27 @@ func (g *ConsumerGroup) leave(req *ConsumerHeartbeatRequest, fx *ConsumerEffects
 	return resp
 }
 
+// full reports whether a member that is neither known (m) nor replacing a
+// static member (replaced) would take the group past its maximum size.
+func (g *ConsumerGroup) full(m, replaced *consumerMember) bool {
+	return m == nil && replaced == nil && g.cfg.MaxSize > 0 && len(g.members) >= g.cfg.MaxSize
+}
+
+// updateFrom is where a member's update starts: the static member it
+// replaces, under the new id and from epoch 0; nothing for a new member;
+// the member itself otherwise.
+func updateFrom(m, replaced *consumerMember, id string) consumerMember {
+	switch {
+	case replaced != nil:
+		upd := *replaced
+		upd.id, upd.epoch, upd.previousEpoch, upd.state = id, 0, 0, MemberStable
+		return upd
+	case m == nil:
+		return consumerMember{id: id}
+	}
+	return *m
+}
+
 // heartbeat handles joins (epoch 0) and heartbeats (epoch > 0).
 func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, fx *ConsumerEffects) ConsumerHeartbeatResponse {
 	memberID := req.MemberID
@@ -132,7 +153,7 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 		return consumerError(code, msg)
 	}
 	isNew := m == nil
-	if isNew && replaced == nil && g.cfg.MaxSize > 0 && len(g.members) >= g.cfg.MaxSize {
+	if g.full(m, replaced) {
 		return consumerError(ErrGroupMaxSizeReached, fmt.Sprintf("The consumer group has reached its maximum capacity of %d members.", g.cfg.MaxSize))
 	}
 	if !isNew && !join {
@@ -141,16 +162,7 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 		}
 	}
 	// The updated subscription, validated before anything changes.
-	upd := consumerMember{}
-	switch {
-	case replaced != nil:
-		upd = *replaced
-		upd.id, upd.epoch, upd.previousEpoch, upd.state = memberID, 0, 0, MemberStable
-	case isNew:
-		upd = consumerMember{id: memberID}
-	default:
-		upd = *m
-	}
+	upd := updateFrom(m, replaced, memberID)
 	if req.InstanceID != nil {
 		upd.instanceID = *req.InstanceID
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -145,10 +146,17 @@ func (c *consumer848) groupErrors() (manage, refused []timedErr) {
 	return slices.Clone(c.manageErrs), slices.Clone(c.refusals)
 }
 
-func (c *consumer848) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
-	begin := c.log.now()
+// callbackBegins notes when a callback began and the member id and epoch
+// kgo holds then (sampling the epoch for the group's log).
+func (c *consumer848) callbackBegins(cl *kgo.Client) (begin time.Duration, member string, epoch int32) {
+	begin = c.log.now()
 	c.log.sampleEpoch(c.name, cl.GroupMetadata)
-	member, epoch := cl.GroupMetadata()
+	member, epoch = cl.GroupMetadata()
+	return begin, member, epoch
+}
+
+func (c *consumer848) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+	begin, member, epoch := c.callbackBegins(cl)
 	c.mu.Lock()
 	for _, p := range m[c.topic] {
 		c.owned[p] = true
@@ -160,9 +168,7 @@ func (c *consumer848) onAssigned(_ context.Context, cl *kgo.Client, m map[string
 // onRevoked commits the partitions it gives up, as a consumer finishing its
 // work does, then lets them go.
 func (c *consumer848) onRevoked(_ context.Context, cl *kgo.Client, m map[string][]int32) {
-	begin := c.log.now()
-	c.log.sampleEpoch(c.name, cl.GroupMetadata)
-	member, epoch := cl.GroupMetadata()
+	begin, member, epoch := c.callbackBegins(cl)
 	ps := m[c.topic]
 	c.mu.Lock()
 	if len(ps) > 0 {
@@ -180,9 +186,7 @@ func (c *consumer848) onRevoked(_ context.Context, cl *kgo.Client, m map[string]
 // onLost drops the partitions without committing: they may have another
 // owner already.
 func (c *consumer848) onLost(_ context.Context, cl *kgo.Client, m map[string][]int32) {
-	begin := c.log.now()
-	c.log.sampleEpoch(c.name, cl.GroupMetadata)
-	member, epoch := cl.GroupMetadata()
+	begin, member, epoch := c.callbackBegins(cl)
 	c.mu.Lock()
 	for _, p := range m[c.topic] {
 		delete(c.owned, p)
@@ -441,7 +445,7 @@ func (b *commitBook) check(t *testing.T, tg *target848, group, topic string) {
 		t.Fatalf("%s: no commit was acknowledged", tg.name)
 	}
 	var lost []string
-	for _, p := range sortedPartitions(b.acked) {
+	for _, p := range slices.Sorted(maps.Keys(b.acked)) {
 		a := b.acked[p]
 		o, ok := got.Lookup(topic, p)
 		switch {

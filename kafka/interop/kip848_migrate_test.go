@@ -131,18 +131,25 @@ func (m *migration) waitStable(t *testing.T, live []*consumer848, step string) {
 		m.tg.name, step, kind, m.group, migrateWait, why, strings.Join(views, "; "), m.watch.String(), strings.Join(notes(m.all), "; "))
 }
 
+// startClassic starts six classic consumers, waits until their group is
+// stable and has each commit.
+func (m *migration) startClassic(t *testing.T) []*consumer848 {
+	live := make([]*consumer848, 6)
+	for i := range live {
+		live[i] = m.start(t, true)
+	}
+	m.waitStable(t, live, "6 classic consumers joined")
+	commitAll(t, m.tg, live, parts848, "6 classic consumers")
+	return live
+}
+
 // migrateRolling is the scenario against a target that migrates: six
 // classic consumers, replaced one at a time by consumer-protocol ones,
 // then back.
 func migrateRolling(t *testing.T, tg *target848, b classicBalancer) {
 	began := time.Now()
 	m := newMigration(t, tg, b)
-	live := make([]*consumer848, 6)
-	for i := range live {
-		live[i] = m.start(t, true)
-	}
-	m.waitStable(t, live, "6 classic consumers joined")
-	commitAll(t, tg, live, parts848, "6 classic consumers")
+	live := m.startClassic(t)
 
 	// roll replaces every consumer in turn; it returns when each step
 	// began (before the old consumer is closed) and ended (stable).
@@ -207,12 +214,7 @@ func migrateRolling(t *testing.T, tg *target848, b classicBalancer) {
 // turns a consumer group back into a classic one.
 func migrateRefused(t *testing.T, tg *target848, b classicBalancer) {
 	m := newMigration(t, tg, b)
-	live := make([]*consumer848, 6)
-	for i := range live {
-		live[i] = m.start(t, true)
-	}
-	m.waitStable(t, live, "6 classic consumers joined")
-	commitAll(t, tg, live, parts848, "6 classic consumers")
+	live := m.startClassic(t)
 
 	m.watch.mark("replacing " + live[0].name)
 	live[0].close()

@@ -1,7 +1,9 @@
 package interop
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -225,9 +227,9 @@ func fmtEnd(d time.Duration) string {
 // when the next begins is a handoff.
 func (o ownership) overlaps() []overlap {
 	var out []overlap
-	for _, p := range sortedPartitions(o.intervals) {
+	for _, p := range slices.Sorted(maps.Keys(o.intervals)) {
 		ivs := slices.Clone(o.intervals[p])
-		slices.SortStableFunc(ivs, func(a, b interval) int { return cmpDuration(a.from, b.from) })
+		slices.SortStableFunc(ivs, func(a, b interval) int { return cmp.Compare(a.from, b.from) })
 		for i := range ivs {
 			for j := i + 1; j < len(ivs) && ivs[j].from < ivs[i].to; j++ {
 				if ivs[j].consumer != ivs[i].consumer {
@@ -276,12 +278,7 @@ func (o ownership) exactlyOnce(n int32) string {
 // epochRegressions lists every member whose epoch went down.
 func epochRegressions(epochs map[string][]epochSample) []string {
 	var out []string
-	members := make([]string, 0, len(epochs))
-	for m := range epochs {
-		members = append(members, m)
-	}
-	slices.Sort(members)
-	for _, m := range members {
+	for _, m := range slices.Sorted(maps.Keys(epochs)) {
 		s := epochs[m]
 		for i := 1; i < len(s); i++ {
 			if s[i].epoch < s[i-1].epoch {
@@ -291,23 +288,4 @@ func epochRegressions(epochs map[string][]epochSample) []string {
 		}
 	}
 	return out
-}
-
-func sortedPartitions[V any](m map[int32]V) []int32 {
-	out := make([]int32, 0, len(m))
-	for p := range m {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func cmpDuration(a, b time.Duration) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
