@@ -13,7 +13,7 @@ const (
 	DefaultRebalanceTimeout  = 60 * time.Second
 	DefaultHeartbeatInterval = 3 * time.Second
 	DefaultRetryBackoff      = 100 * time.Millisecond
-	DefaultMaxRetryBackoff   = 5 * time.Second
+	DefaultMaxRetryBackoff   = time.Second // retry.backoff.max.ms (KIP-580)
 	DefaultMetadataMaxAge    = 5 * time.Minute
 )
 

@@ -32,7 +32,9 @@ var (
 // defaults.
 const DefaultBootstrap = "127.0.0.1:8090"
 
-// DefaultRequestTimeout bounds every request but JoinGroup.
+// DefaultRequestTimeout bounds a JoinGroup (beside the rebalance timeout) and
+// a SyncGroup, and every other request of the Kafka transport; the native
+// transport waits at most twice the heartbeat interval for the others.
 const DefaultRequestTimeout = 10 * time.Second
 
 // Member is one running group member: a protoactor actor that owns the
@@ -97,12 +99,13 @@ func Start(system *actor.ActorSystem, group string, opts ...Opt) (*Member, error
 		return nil, fmt.Errorf("%w: no actor system", ErrConfig)
 	}
 	tr, err := c.transport(TransportEnv{
-		System:           system,
-		Group:            group,
-		ClientID:         c.m.ClientID,
-		RequestTimeout:   c.requestTimeout,
-		RebalanceTimeout: c.m.RebalanceTimeout,
-		Logger:           c.log,
+		System:            system,
+		Group:             group,
+		ClientID:          c.m.ClientID,
+		RequestTimeout:    c.requestTimeout,
+		RebalanceTimeout:  c.m.RebalanceTimeout,
+		HeartbeatInterval: c.m.HeartbeatInterval,
+		Logger:            c.log,
 	})
 	if err != nil {
 		return nil, err

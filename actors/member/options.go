@@ -85,13 +85,17 @@ func RebalanceTimeout(d time.Duration) Opt { return func(c *config) { c.m.Rebala
 func HeartbeatInterval(d time.Duration) Opt { return func(c *config) { c.m.HeartbeatInterval = d } }
 
 // RetryBackoff sets the first and the largest backoff between retries of a
-// failed step (defaults 100ms and 5s).
+// failed step (defaults 100ms and 1s, as retry.backoff.ms and
+// retry.backoff.max.ms).
 func RetryBackoff(first, max time.Duration) Opt {
 	return func(c *config) { c.m.RetryBackoff, c.m.MaxRetryBackoff = first, max }
 }
 
 // RequestTimeout bounds every request but JoinGroup, which may take the
-// rebalance timeout more (default 10s).
+// rebalance timeout more (default 10s). Over the native transport a
+// heartbeat, commit or leave waits at most twice the heartbeat interval (a
+// second at least) within it, and a request to a coordinator whose
+// connection ended fails at once.
 func RequestTimeout(d time.Duration) Opt { return func(c *config) { c.requestTimeout = d } }
 
 // Partitions sizes a topic for the leader's assignment. Over the native

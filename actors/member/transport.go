@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+
+	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
 // Transport carries one member's requests to its group coordinator. The
@@ -32,7 +34,10 @@ type TransportEnv struct {
 	ClientID         string
 	RequestTimeout   time.Duration // bound of every request but JoinGroup
 	RebalanceTimeout time.Duration // JoinGroup waits up to this much more
-	Logger           *slog.Logger
+	// HeartbeatInterval bounds, twice over, how long a native request that
+	// is not a JoinGroup or SyncGroup waits (see waitBound).
+	HeartbeatInterval time.Duration
+	Logger            *slog.Logger
 }
 
 // TransportFactory builds a member's transport when it starts.
@@ -42,9 +47,28 @@ type TransportFactory func(env TransportEnv) (Transport, error)
 // known (the member finds it again).
 var ErrNoCoordinator = errors.New("member: no coordinator known")
 
-func (e TransportEnv) timeoutOf(req any) time.Duration {
-	if isJoin(req) {
-		return e.RequestTimeout + e.RebalanceTimeout
+// waitBound is how long a heartbeat, a commit, a leave or a status request
+// waits for its answer: twice the heartbeat interval, a second at least and
+// RequestTimeout at most. A coordinator that stopped answering without
+// closing its connection (a stalled node, a lost network) is given up on
+// soon enough for the member to find the next one within its session.
+func (e TransportEnv) waitBound() time.Duration {
+	d := max(2*e.HeartbeatInterval, time.Second)
+	if e.RequestTimeout > 0 {
+		d = min(d, e.RequestTimeout)
 	}
-	return e.RequestTimeout
+	return d
+}
+
+// timeoutOf bounds req: a JoinGroup may wait the rebalance timeout for the
+// other members, a SyncGroup for the leader's assignment; anything else is
+// answered at once by a live coordinator.
+func (e TransportEnv) timeoutOf(req any) time.Duration {
+	switch req.(type) {
+	case *pb.JoinGroupRequest:
+		return e.RequestTimeout + e.RebalanceTimeout
+	case *pb.SyncGroupRequest:
+		return e.RequestTimeout
+	}
+	return e.waitBound()
 }
