@@ -70,7 +70,10 @@ func Native(addrs ...string) TransportFactory {
 			pending: map[uint64]*inflight{},
 			down:    map[string]bool{},
 		}
-		t.sub = env.System.EventStream.SubscribeWithPredicate(t.onEndpointEvent, isEndpointEvent)
+		// Subscribe, not SubscribeWithPredicate: the latter sets the
+		// predicate after the subscription is visible, a data race with
+		// a Publish under way (onEndpointEvent ignores other events).
+		t.sub = env.System.EventStream.Subscribe(t.onEndpointEvent)
 		return t, nil
 	}
 }
@@ -100,14 +103,6 @@ type inflight struct {
 }
 
 func (f *inflight) finish(res any, err error) { f.once.Do(func() { f.done(res, err) }) }
-
-func isEndpointEvent(evt any) bool {
-	switch evt.(type) {
-	case *remote.EndpointTerminatedEvent, *remote.EndpointConnectedEvent:
-		return true
-	}
-	return false
-}
 
 // onEndpointEvent runs on the publisher's goroutine: it only marks the
 // address and fails what waits on it.
