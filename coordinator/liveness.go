@@ -35,9 +35,11 @@ import (
 // heard after PreviousAlive: its session ends one session timeout after
 // PreviousAlive, never before its true end (so no member is removed sooner
 // than Kafka would) and at most the silence threshold after it. Each
-// member's session ends at that estimate, but not before a grace of
-// TakeoverSessionFloor (at most its session timeout) from the takeover, the
-// time a live member needs to find its new coordinator.
+// member's session ends at that estimate, but not before a grace from the
+// takeover, the time a live member needs to find its new coordinator: for
+// a member not written silent, its session timeout plus
+// TakeoverSessionFloor, at most its rebalance timeout (liveGrace); for one
+// written silent, TakeoverSessionFloor (at most its session timeout).
 //
 // Takeovers in quick succession. Two seconds after a takeover the group
 // writes the members it has not heard from since, with their estimated
@@ -136,6 +138,7 @@ func (g *Group) takeoverSession(now time.Time, m *member) time.Duration {
 		}
 	} else {
 		end = t.PreviousAlive.Add(session)
+		grace = max(grace, liveGrace(session, m.rebalanceTimeout(), g.cfg.TakeoverSessionFloor))
 	}
 	est := min(end.Sub(now), session)
 	d := max(est, grace, 0)
@@ -149,6 +152,18 @@ func (g *Group) takeoverSession(now time.Time, m *member) time.Duration {
 	at := g.sinceEpoch(now)
 	g.restored[m.id] = restoredSession{armed: at + int64(d), estimate: at + int64(est), graceMs: graceMs}
 	return d
+}
+
+// liveGrace is the grace from a takeover of a member the previous
+// coordinator was still hearing from (not written silent): a full session
+// plus the floor, bounded by the member's rebalance timeout. Clients that
+// cache their coordinator (kafkajs, sarama) reach the new one only once the
+// dead node is gone from Metadata or answers again after a restart, which
+// takes longer than the floor; Kafka gives every member a full session
+// from the takeover, and its takeover comes only after the broker's own
+// session ran out. A member that was already silent keeps the floor.
+func liveGrace(session, rebalance, floor time.Duration) time.Duration {
+	return min(session+floor, max(rebalance, floor))
 }
 
 // silentAfter is how long a member with the given session timeout may go

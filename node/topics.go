@@ -116,11 +116,17 @@ func (n *Node) onTopicCommand(cmd catalog.Command) *clusterpb.AdminResponse {
 // brokers lists every registered node as a Kafka broker, and the leader as
 // controller, for Metadata. A node that has not caught up lists the nodes
 // its log knew of (see registered): clients drop their connections to the
-// brokers a Metadata answer leaves out.
+// brokers a Metadata answer leaves out. A node this one knows to be
+// unreachable (peerDown) is left out, as Kafka leaves out a fenced broker:
+// clients that cache a group's coordinator (sarama, kafkajs) look for it
+// again only once its broker is gone from Metadata.
 func (n *Node) brokers(listener string) ([]kafka.Broker, int32) {
 	var out []kafka.Broker
 	seen := false
 	for _, reg := range n.registered() {
+		if n.peerDown(reg.GetNodeId()) {
+			continue
+		}
 		b, ok := brokerOf(reg.GetNodeId(), kafkaAddrOf(reg, listener))
 		if !ok {
 			continue

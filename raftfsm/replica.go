@@ -204,7 +204,7 @@ func (r *Replica) TransferLeadership(id string) error {
 // term says nothing now).
 type peerHealth struct {
 	mu      sync.Mutex
-	failing map[string]bool
+	failing map[string]time.Time // peers whose heartbeats fail, since when
 	since   map[string]time.Time // when the peer's heartbeats last resumed
 	seen    map[string]time.Time // when PeerSettled was first asked of the peer
 	reset   time.Time            // the last leader change
@@ -215,7 +215,7 @@ type peerHealth struct {
 func (r *Replica) watchPeers() {
 	ch := make(chan raft.Observation, 64)
 	h := &r.health
-	h.failing, h.since, h.seen, h.reset, h.done = map[string]bool{}, map[string]time.Time{}, map[string]time.Time{}, time.Now(), make(chan struct{})
+	h.failing, h.since, h.seen, h.reset, h.done = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}, time.Now(), make(chan struct{})
 	h.obs = raft.NewObserver(ch, false, func(o *raft.Observation) bool {
 		switch o.Data.(type) {
 		case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation, raft.LeaderObservation:
@@ -233,7 +233,9 @@ func (r *Replica) watchPeers() {
 				h.mu.Lock()
 				switch d := o.Data.(type) {
 				case raft.FailedHeartbeatObservation:
-					h.failing[string(d.PeerID)] = true
+					if _, ok := h.failing[string(d.PeerID)]; !ok {
+						h.failing[string(d.PeerID)] = time.Now()
+					}
 				case raft.ResumedHeartbeatObservation:
 					delete(h.failing, string(d.PeerID))
 					h.since[string(d.PeerID)] = time.Now()
@@ -256,6 +258,29 @@ func (r *Replica) stopWatchingPeers() {
 	}
 }
 
+// PeerUnreachable reports whether this replica has known for at least
+// after that node id cannot be reached: as leader, its heartbeats to id
+// have failed that long; as a follower of id, it has not heard from it for
+// that long. A replica with no view of id (a follower of another leader)
+// says false.
+func (r *Replica) PeerUnreachable(id string, after time.Duration) bool {
+	if id == r.id {
+		return false
+	}
+	if r.IsLeader() {
+		h := &r.health
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		since, failing := h.failing[id]
+		return failing && time.Since(since) >= after
+	}
+	if r.LeaderID() != id {
+		return false
+	}
+	last := r.LastLeaderContact()
+	return !last.IsZero() && time.Since(last) >= after
+}
+
 // PeerSettled reports whether this replica, as leader, has seen peer id
 // answer its heartbeats for at least settle: none failed since the last
 // leader change, since they last resumed, or since it was first asked
@@ -265,7 +290,7 @@ func (r *Replica) PeerSettled(id string, settle time.Duration) bool {
 	h := &r.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.failing[id] {
+	if _, failing := h.failing[id]; failing {
 		return false
 	}
 	now := time.Now()
