@@ -103,35 +103,49 @@ type clientGroup struct {
 	coord *Coordinator
 	procs []*clients.Proc
 
-	gen      int32           // generation when the group first settled
-	baseline []int           // reports per consumer then
-	owned    [][]int32       // what each consumer owned then
-	mu       sync.Mutex      // guards the commit record below
-	acked    map[int32]int64 // highest acknowledged offset per partition
-	tried    map[int64]bool  // every offset ever sent
-	ackTimes []time.Time     // when commits were acknowledged
-	failed   int             // commits answered with an error
-	sent     int             // commit requests sent
+	gen      int32               // generation when the group first settled
+	baseline []int               // reports per consumer then
+	owned    [][]int32           // what each consumer owned then
+	mu       sync.Mutex          // guards the commit record below
+	acked    map[int32]int64     // highest acknowledged offset per partition
+	tried    map[int64]bool      // every offset ever sent
+	sentAt   map[int64]time.Time // when each round (by its base) was sent
+	ackTimes []time.Time         // when commits were acknowledged
+	failed   int                 // commits answered with an error
+	sent     int                 // commit requests sent
 }
 
-func startClientGroup(t *testing.T, c *Cluster, conns *Conns, fam clients.Family) *clientGroup {
+// groupShape is how many consumers a family's group runs, with which
+// session timeout and extra environment.
+type groupShape struct {
+	members int
+	session time.Duration
+	env     []string
+	prefix  string // before the family's name in the group's name
+}
+
+// rcShape is the failover tests' groups: rcMembers consumers, rcSession.
+var rcShape = groupShape{members: rcMembers, session: rcSession}
+
+func startClientGroup(t *testing.T, c *Cluster, conns *Conns, fam clients.Family, shape groupShape) *clientGroup {
 	t.Helper()
-	g := &clientGroup{fam: fam, name: "group-" + fam.Name, topic: "topic-" + fam.Name,
-		acked: map[int32]int64{}, tried: map[int64]bool{}}
+	g := &clientGroup{fam: fam, name: "group-" + shape.prefix + fam.Name, topic: "topic-" + shape.prefix + fam.Name,
+		acked: map[int32]int64{}, tried: map[int64]bool{}, sentAt: map[int64]time.Time{}}
 	g.coord = &Coordinator{Conns: conns, Seeds: c.KafkaAddrs, Group: g.name}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := CreateTopic(ctx, g.coord, g.topic, rcPartitions); err != nil {
 		t.Fatal(err)
 	}
-	for i := range rcMembers {
+	for i := range shape.members {
 		id := fmt.Sprintf("%s-%d", fam.Name, i)
-		cfg := clients.Config{Bootstrap: c.KafkaAddrs(), Group: g.name, Topic: g.topic, ClientID: id, Partitions: rcPartitions, Session: rcSession, Env: []string{"KAFKAJS_LOG=info", "KAFKAJS_RETRIES=" + strconv.Itoa(kafkajsRetries), "RECONNECT_BACKOFF_MAX_MS=" + strconv.Itoa(librdkafkaBackoffMax)}}
+		env := []string{"KAFKAJS_LOG=info", "KAFKAJS_RETRIES=" + strconv.Itoa(kafkajsRetries), "RECONNECT_BACKOFF_MAX_MS=" + strconv.Itoa(librdkafkaBackoffMax)}
+		cfg := clients.Config{Bootstrap: c.KafkaAddrs(), Group: g.name, Topic: g.topic, ClientID: id, Partitions: rcPartitions, Session: shape.session, Env: append(env, shape.env...)}
 		if dir := os.Getenv("COHORT_CLUSTER_LOG_DIR"); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			cfg.StderrPath = filepath.Join(dir, t.Name()+"-"+id+".log")
+			cfg.StderrPath = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+id+".log")
 		}
 		p, err := fam.Start(id, cfg)
 		if err != nil {
@@ -216,6 +230,9 @@ func (g *clientGroup) waitSettled(t *testing.T, timeout time.Duration) described
 // commitRound asks every consumer to commit base+p for its partitions and
 // records what was acknowledged.
 func (g *clientGroup) commitRound(base int64) {
+	g.mu.Lock()
+	g.sentAt[base] = time.Now()
+	g.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, p := range g.procs {
 		wg.Add(1)
@@ -267,13 +284,13 @@ func (g *clientGroup) firstAckAfter(t time.Time) (time.Duration, bool) {
 
 // startSettledGroups starts a group of every family and waits until each
 // settled, recording its generation and what each consumer owns then.
-func startSettledGroups(t *testing.T, c *Cluster, fams []clients.Family, clientID string) []*clientGroup {
+func startSettledGroups(t *testing.T, c *Cluster, fams []clients.Family, clientID string, shape groupShape) []*clientGroup {
 	t.Helper()
 	conns := NewConns(clientID)
 	t.Cleanup(conns.Close)
 	var groups []*clientGroup
 	for _, f := range fams {
-		groups = append(groups, startClientGroup(t, c, conns, f))
+		groups = append(groups, startClientGroup(t, c, conns, f, shape))
 	}
 	for _, g := range groups {
 		d := g.waitSettled(t, 90*time.Second)
@@ -435,7 +452,7 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 	} else {
 		c = StartCluster(t, 3, opts...)
 	}
-	groups := startSettledGroups(t, c, fams, "failover-test")
+	groups := startSettledGroups(t, c, fams, "failover-test", rcShape)
 	// Commit rounds every 500 ms from every consumer, through everything.
 	stopCommits := commitLoops(groups)
 

@@ -23,7 +23,7 @@ func TestShardMovesRealClients(t *testing.T) {
 	fams := clientFamilies(t)
 	c := shardedCluster(t, 3, patientRaft)
 	waitBalanced(t, c, 90*time.Second)
-	groups := startSettledGroups(t, c, fams, "moves-test")
+	groups := startSettledGroups(t, c, fams, "moves-test", rcShape)
 	for _, g := range groups {
 		t.Logf("%s is in shard %d", g.name, shardOfGroup(g.name))
 	}

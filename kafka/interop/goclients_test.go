@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log"
 	"os"
 	"slices"
 	"strconv"
@@ -309,12 +310,21 @@ func (h *saramaHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.Con
 
 func runSarama() int {
 	e := readClientEnv()
+	if os.Getenv("SARAMA_LOG") == "1" {
+		sarama.Logger = log.New(os.Stderr, "[sarama] ", log.LstdFlags|log.Lmicroseconds)
+	}
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V2_1_0_0 // JoinGroup v3
 	cfg.ClientID = e.clientID
 	cfg.Consumer.Group.Session.Timeout = e.session
-	cfg.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
-	cfg.Consumer.Group.Rebalance.Timeout = 10 * time.Second
+	if os.Getenv("CLIENT_DEFAULTS") == "1" {
+		// sarama's own heartbeat interval (3 s) and rebalance timeout
+		// (60 s), as an application that sets only its session sees them.
+		cfg.Version = sarama.V2_8_0_0
+	} else {
+		cfg.Consumer.Group.Heartbeat.Interval = 500 * time.Millisecond
+		cfg.Consumer.Group.Rebalance.Timeout = 10 * time.Second
+	}
 	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyRange()}
 	cfg.Consumer.Offsets.AutoCommit.Enable = false
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest

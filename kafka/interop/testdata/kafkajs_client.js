@@ -19,11 +19,14 @@ const logCreator = () => ({ namespace, level, log }) => process.stderr.write(JSO
 // attempts in a row the consumer crashes, leaves its group and restarts.
 const retry = env.KAFKAJS_RETRIES ? { retries: Number(env.KAFKAJS_RETRIES) } : undefined
 const kafka = new Kafka({ clientId: env.CLIENT_ID, brokers: env.BOOTSTRAP.split(','), logLevel: level, logCreator, retry })
+// CLIENT_DEFAULTS=1 keeps kafkajs's own heartbeat interval (3 s) and
+// rebalance timeout (60 s), as an application that sets only its session.
+const defaults = env.CLIENT_DEFAULTS === '1'
 const consumer = kafka.consumer({
   groupId,
   sessionTimeout: Number(env.SESSION_MS),
-  rebalanceTimeout: 10000,
-  heartbeatInterval: 500,
+  rebalanceTimeout: defaults ? undefined : 10000,
+  heartbeatInterval: defaults ? undefined : 500,
   retry,
   maxWaitTimeInMs: 500,
 })
