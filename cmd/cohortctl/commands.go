@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -28,18 +29,14 @@ type listedGroup struct {
 }
 
 func (c *cli) groupsList(ctx context.Context) error {
-	resp, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctx, c.cl)
+	groups, err := c.listGroups(ctx)
 	if err != nil {
 		return err
 	}
-	if err := codeErr("list groups", resp.ErrorCode); err != nil {
-		return err
-	}
 	rows := []listedGroup{}
-	for _, g := range resp.Groups {
+	for _, g := range groups {
 		rows = append(rows, listedGroup{g.Group, g.ProtocolType, g.GroupState, g.GroupType})
 	}
-	slices.SortFunc(rows, func(a, b listedGroup) int { return strings.Compare(a.Group, b.Group) })
 	return c.print(rows, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "GROUP\tPROTOCOL-TYPE\tSTATE\tTYPE")
 		for _, r := range rows {
@@ -48,10 +45,57 @@ func (c *cli) groupsList(ctx context.Context) error {
 	})
 }
 
+// listGroups asks every broker that answers for the groups it
+// coordinates (ListGroups), as kafka-consumer-groups.sh --list does, and
+// returns them sorted by name; a group two brokers list (it moved between
+// the two answers) once. A broker that answers with an error is named on
+// stderr and left out, unless every broker does.
+func (c *cli) listGroups(ctx context.Context) ([]kmsg.ListGroupsResponseGroup, error) {
+	resps, err := c.eachBroker(ctx, func() kmsg.Request { return kmsg.NewPtrListGroupsRequest() })
+	if err != nil {
+		return nil, err
+	}
+	var out []kmsg.ListGroupsResponseGroup
+	seen := map[string]bool{}
+	var failed []error
+	for _, r := range resps {
+		resp := r.(*kmsg.ListGroupsResponse)
+		if err := codeErr("list groups", resp.ErrorCode); err != nil {
+			failed = append(failed, err)
+			continue
+		}
+		for _, g := range resp.Groups {
+			if !seen[g.Group] {
+				seen[g.Group] = true
+				out = append(out, g)
+			}
+		}
+	}
+	if len(failed) == len(resps) {
+		return nil, failed[0]
+	}
+	for _, err := range failed {
+		c.warnf("%v", err)
+	}
+	slices.SortFunc(out, func(a, b kmsg.ListGroupsResponseGroup) int { return strings.Compare(a.Group, b.Group) })
+	return out, nil
+}
+
 func (c *cli) groupsDelete(ctx context.Context, group string) error {
-	req := kmsg.NewPtrDeleteGroupsRequest()
-	req.Groups = []string{group}
-	resp, err := req.RequestWith(ctx, c.cl)
+	var resp *kmsg.DeleteGroupsResponse
+	err := c.byCoordinator(ctx, []string{group}, func(br *kgo.Broker, groups []string) ([]string, error) {
+		req := kmsg.NewPtrDeleteGroupsRequest()
+		req.Groups = groups
+		r, err := req.RequestWith(ctx, br)
+		if err != nil {
+			return nil, err
+		}
+		if len(r.Groups) == 1 && retriable(r.Groups[0].ErrorCode) {
+			return groups, nil
+		}
+		resp = r
+		return nil, nil
+	})
 	if err != nil {
 		return err
 	}
