@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -20,6 +22,28 @@ func codeErr(what string, code int16) error {
 	}
 	return fmt.Errorf("%s: %w", what, kerr.ErrorForCode(code))
 }
+
+// codeMsgErr is codeErr with the broker's own message, when it sent one,
+// in place of the code's generic description (INVALID_PARTITIONS is
+// "Number of partitions is below 1." whatever was wrong).
+func codeMsgErr(what string, code int16, msg *string) error {
+	err := codeErr(what, code)
+	var ke *kerr.Error
+	if err == nil || msg == nil || *msg == "" || !errors.As(err, &ke) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, &brokerError{ke, *msg})
+}
+
+// brokerError is a Kafka error code with the broker's message.
+type brokerError struct {
+	code *kerr.Error
+	msg  string
+}
+
+func (e *brokerError) Error() string { return e.code.Message + ": " + e.msg }
+
+func (e *brokerError) Unwrap() error { return e.code }
 
 type listedGroup struct {
 	Group        string `json:"group"`
@@ -59,9 +83,14 @@ func (c *cli) listGroups(ctx context.Context) ([]kmsg.ListGroupsResponseGroup, e
 	seen := map[string]bool{}
 	var failed []error
 	for _, r := range resps {
-		resp := r.(*kmsg.ListGroupsResponse)
+		resp := r.resp.(*kmsg.ListGroupsResponse)
+		if retriable(resp.ErrorCode) {
+			// A shard of this broker is loading (it just took the shard
+			// over): ask it again.
+			resp = c.listGroupsAgain(ctx, r.id, resp)
+		}
 		if err := codeErr("list groups", resp.ErrorCode); err != nil {
-			failed = append(failed, err)
+			failed = append(failed, fmt.Errorf("broker %d: %w", r.id, err))
 			continue
 		}
 		for _, g := range resp.Groups {
@@ -79,6 +108,25 @@ func (c *cli) listGroups(ctx context.Context) ([]kmsg.ListGroupsResponseGroup, e
 	}
 	slices.SortFunc(out, func(a, b kmsg.ListGroupsResponseGroup) int { return strings.Compare(a.Group, b.Group) })
 	return out, nil
+}
+
+// listGroupsAgain asks the broker that answered resp with a retriable
+// error again, every 200 ms, until it answers otherwise or ctx ends.
+func (c *cli) listGroupsAgain(ctx context.Context, id int32, resp *kmsg.ListGroupsResponse) *kmsg.ListGroupsResponse {
+	br := c.cl.Broker(int(id))
+	for retriable(resp.ErrorCode) {
+		select {
+		case <-ctx.Done():
+			return resp
+		case <-time.After(200 * time.Millisecond):
+		}
+		r, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctx, br)
+		if err != nil {
+			return resp
+		}
+		resp = r
+	}
+	return resp
 }
 
 func (c *cli) groupsDelete(ctx context.Context, group string) error {
@@ -125,6 +173,9 @@ type topicInfo struct {
 }
 
 func (c *cli) topicsList(ctx context.Context) error {
+	if _, err := c.reach(ctx); err != nil { // names the brokers that do not answer
+		return err
+	}
 	req := kmsg.NewPtrMetadataRequest()
 	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
@@ -161,11 +212,7 @@ func (c *cli) topicsCreate(ctx context.Context, name string, partitions int32, r
 	}
 	rt := resp.Topics[0]
 	if rt.ErrorCode != 0 {
-		err := codeErr("create "+name, rt.ErrorCode)
-		if rt.ErrorMessage != nil && *rt.ErrorMessage != "" {
-			err = fmt.Errorf("%w (%s)", err, *rt.ErrorMessage)
-		}
-		return err
+		return codeMsgErr("create "+name, rt.ErrorCode, rt.ErrorMessage)
 	}
 	n := rt.NumPartitions
 	if n <= 0 {
@@ -194,11 +241,7 @@ func (c *cli) topicsAlter(ctx context.Context, name string, partitions int32) er
 	}
 	rt := resp.Topics[0]
 	if rt.ErrorCode != 0 {
-		err := codeErr("alter "+name, rt.ErrorCode)
-		if rt.ErrorMessage != nil && *rt.ErrorMessage != "" {
-			err = fmt.Errorf("%w (%s)", err, *rt.ErrorMessage)
-		}
-		return err
+		return codeMsgErr("alter "+name, rt.ErrorCode, rt.ErrorMessage)
 	}
 	info := map[string]any{"topic": name, "partitions": partitions}
 	return c.print(info, func(w *tabwriter.Writer) {

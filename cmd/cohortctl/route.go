@@ -101,10 +101,16 @@ func (c *cli) anyBroker(ctx context.Context) (*kgo.Broker, error) {
 	return c.cl.Broker(int(set.live[0])), nil
 }
 
+// brokerResponse is one broker's answer.
+type brokerResponse struct {
+	id   int32
+	resp kmsg.Response
+}
+
 // eachBroker sends what build makes to every broker that answered, and
 // returns the answers of those that answer it; a broker that fails it is
 // named on stderr. It fails only when no broker answers.
-func (c *cli) eachBroker(ctx context.Context, build func() kmsg.Request) ([]kmsg.Response, error) {
+func (c *cli) eachBroker(ctx context.Context, build func() kmsg.Request) ([]brokerResponse, error) {
 	set, err := c.reach(ctx)
 	if err != nil {
 		return nil, err
@@ -120,13 +126,13 @@ func (c *cli) eachBroker(ctx context.Context, build func() kmsg.Request) ([]kmsg
 		}()
 	}
 	wg.Wait()
-	var out []kmsg.Response
+	var out []brokerResponse
 	for i, r := range resps {
 		if errs[i] != nil {
 			c.warnf("broker %d: %v", set.live[i], errs[i])
 			continue
 		}
-		out = append(out, r)
+		out = append(out, brokerResponse{set.live[i], r})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no broker answered: %w", errors.Join(errs...))
