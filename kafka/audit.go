@@ -69,10 +69,39 @@ func newAudit(reg prometheus.Registerer) *audit {
 		saslLog: ratelog.New(auditRate, auditBurst),
 		denyLog: ratelog.New(auditRate, auditBurst),
 	}
+	// Every series an operator may alert on is exported from the start, at
+	// zero, so that rate() and absent() work before the first event.
+	for _, m := range []string{security.MechanismPlain, security.MechanismScramSHA256, security.MechanismScramSHA512} {
+		for _, r := range []string{saslSuccess, saslFailed, saslUnsupported, saslBadState} {
+			a.sasl.WithLabelValues(m, r)
+		}
+	}
+	for _, d := range checkedOperations {
+		a.denials.WithLabelValues(strings.ToLower(d.rt.String()), strings.ToLower(d.op.String()))
+	}
 	if reg != nil {
 		reg.MustRegister(a.sasl, a.denials)
 	}
 	return a
+}
+
+// checkedOperations are the (resource, operation) pairs the listener
+// authorizes, the labels of cohort_kafka_authorization_denials_total.
+var checkedOperations = []struct {
+	rt kmsg.ACLResourceType
+	op kmsg.ACLOperation
+}{
+	{kmsg.ACLResourceTypeGroup, kmsg.ACLOperationRead},
+	{kmsg.ACLResourceTypeGroup, kmsg.ACLOperationDescribe},
+	{kmsg.ACLResourceTypeGroup, kmsg.ACLOperationDelete},
+	{kmsg.ACLResourceTypeTopic, kmsg.ACLOperationRead},
+	{kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDescribe},
+	{kmsg.ACLResourceTypeTopic, kmsg.ACLOperationCreate},
+	{kmsg.ACLResourceTypeTopic, kmsg.ACLOperationDelete},
+	{kmsg.ACLResourceTypeTopic, kmsg.ACLOperationAlter},
+	{kmsg.ACLResourceTypeCluster, kmsg.ACLOperationDescribe},
+	{kmsg.ACLResourceTypeCluster, kmsg.ACLOperationAlter},
+	{kmsg.ACLResourceTypeCluster, kmsg.ACLOperationCreate},
 }
 
 // saslOutcome counts and logs one SASL step that failed (err) or

@@ -124,6 +124,12 @@ type Config struct {
 	// an error. FindCoordinator does not wait, so a client asks another
 	// node at once.
 	CaughtUp func(ctx context.Context, wait time.Duration) bool
+	// ReadBarrier, when set, is called before a Metadata request is
+	// answered from the topic catalog: it waits (bounded) until the catalog
+	// holds every change the cluster had committed when the request
+	// arrived, so that no node answers older than a change a client saw
+	// acknowledged through another.
+	ReadBarrier func(ctx context.Context) bool
 	// Metrics, when set, receives the listener's Prometheus series
 	// (requests by API and error code, their latency, connections).
 	Metrics prometheus.Registerer

@@ -110,6 +110,9 @@ func (l *Listener) metadata(ctx context.Context, r *request, req *kmsg.MetadataR
 		}
 		return resp
 	}
+	if l.cfg.ReadBarrier != nil {
+		l.cfg.ReadBarrier(ctx)
+	}
 	if all {
 		for _, t := range l.topics.List() {
 			add(t, errNone, kmsg.StringPtr(t.Name))

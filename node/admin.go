@@ -38,6 +38,10 @@ type adminActor struct{ n *Node }
 func (a *adminActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *clusterpb.StatusRequest:
+		if m.GetRaftOnly() {
+			ctx.Respond(a.n.raftStatus())
+			return
+		}
 		ctx.Respond(a.n.status())
 	case *clusterpb.JoinRequest:
 		a.async(ctx, func() proto.Message { return a.n.join(m) })
@@ -134,6 +138,14 @@ func (n *Node) join(m *clusterpb.JoinRequest) *clusterpb.JoinResponse {
 		return &clusterpb.JoinResponse{Error: err.Error(), Code: adminCode(err), LeaderRemoteAddr: n.leaderRemote()}
 	}
 	return &clusterpb.JoinResponse{LeaderRemoteAddr: n.remoteAddr}
+}
+
+// raftStatus is the node's Raft state in the meta group alone (a read
+// barrier's question: no state hash, no members, no shards).
+func (n *Node) raftStatus() *clusterpb.StatusResponse {
+	st := n.raft.Status()
+	return &clusterpb.StatusResponse{NodeId: n.raft.ID(), State: st.State, LeaderId: n.raft.LeaderID(), Term: st.Term,
+		AppliedIndex: st.AppliedIndex, CommitIndex: st.CommitIndex}
 }
 
 func (n *Node) status() *clusterpb.StatusResponse {

@@ -14,15 +14,25 @@ import (
 // the leaders it sees, so the spread converges with no coordinator of its
 // own. A node is live for placement when every shard this node leads has
 // seen its heartbeats answered for peerSettle (a node that just came back
-// has caught up by then, or the transfer's own catch-up finishes it). A
-// shard is not moved again within Config.ShardMoveInterval of this node
-// becoming its leader, and a node has at most one transfer in flight: no
-// flapping, and a move costs each group of the shard no more than a
-// failover does (the takeover window keeps generations).
+// has mostly caught up by then, and the transfer's own catch-up finishes
+// it). A shard that moved (this node took it over from a leader it had
+// heard from, by a transfer or an election) is not moved again within
+// Config.ShardMoveInterval of this node becoming its leader, and a node has
+// at most one transfer in flight: no flapping, and a move costs each group
+// of the shard no more than a failover does (the takeover window keeps
+// generations). A shard this node leads from its first election (after a
+// bootstrap, or a start of the whole cluster) never moved: the first
+// placement spreads it at once. One move follows another as soon as the
+// first is done and this node sees the new leader.
 
 // peerSettle is how long a peer's heartbeats must have been answered
 // before leadership is handed to it.
-const peerSettle = 10 * time.Second
+const peerSettle = 3 * time.Second
+
+// nextMoveWait bounds how long, after a move, this node waits to see the
+// shard's new leader before it plans the next move (else the next tick
+// does).
+const nextMoveWait = 500 * time.Millisecond
 
 // DefaultShardMoveInterval is Config.ShardMoveInterval's default.
 const DefaultShardMoveInterval = time.Minute
@@ -120,7 +130,7 @@ func (n *Node) balanceOnce(force bool) bool {
 	if to != "" {
 		for _, gs := range n.shards {
 			since := gs.ledSince.Load()
-			if gs.active.Load() && since != 0 && (force || time.Since(time.Unix(0, since)) >= n.shardMoveInterval()) {
+			if gs.active.Load() && since != 0 && (force || gs.firstLed.Load() || time.Since(time.Unix(0, since)) >= n.shardMoveInterval()) {
 				move = gs
 				break
 			}
@@ -134,17 +144,39 @@ func (n *Node) balanceOnce(force bool) bool {
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
-		defer n.moving.Store(false)
 		start := time.Now()
 		err := move.handOver(to)
 		n.metrics.moved(err)
+		n.moving.Store(false)
 		if err != nil {
 			n.log.Warn("shard leadership move failed", "shard", move.id, "to", to, "err", err)
 			return
 		}
 		n.log.Info("shard leadership moved", "shard", move.id, "to", to, "took", time.Since(start))
+		if !force {
+			n.nextMove()
+		}
 	}()
 	return true
+}
+
+// nextMove starts the next move once this node sees the moved shard's new
+// leader (placement counts nothing while a shard has no known leader),
+// rather than on the next tick: a first placement of 16 shards is a
+// dozen moves of tens of milliseconds each.
+func (n *Node) nextMove() {
+	deadline := time.Now().Add(nextMoveWait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+		if _, ok := n.seePlacement(); ok {
+			n.balance()
+			return
+		}
+	}
 }
 
 func (n *Node) shardMoveInterval() time.Duration {

@@ -156,3 +156,47 @@ func TestSecurityAndBuildMetrics(t *testing.T) {
 		t.Errorf("cohort_build_info{%+v} = %v, want 1", bi, v)
 	}
 }
+
+// has reports whether name has a series with these labels ("k=v").
+func has(fams map[string]*dto.MetricFamily, name string, labels ...string) bool {
+next:
+	for _, m := range fams[name].GetMetric() {
+		for _, l := range labels {
+			k, v, _ := strings.Cut(l, "=")
+			found := false
+			for _, lp := range m.GetLabel() {
+				found = found || (lp.GetName() == k && lp.GetValue() == v)
+			}
+			if !found {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// The counters docs/observability.md documents are exported at zero on a
+// node that has seen none of their events, so that rate() and absent()
+// alerts work from the start.
+func TestCountersExportedAtZero(t *testing.T) {
+	n := startNode(t, false, func(c *Config) { c.HTTPAddr = "127.0.0.1:0" })
+	fams := scrape(t, n)
+	for _, c := range []struct {
+		name   string
+		labels []string
+	}{
+		{"cohort_shard_moves_total", []string{"result=ok"}},
+		{"cohort_shard_moves_total", []string{"result=failed"}},
+		{"cohort_kafka_sasl_authentications_total", []string{"mechanism=PLAIN", "result=success"}},
+		{"cohort_kafka_sasl_authentications_total", []string{"mechanism=SCRAM-SHA-512", "result=failed"}},
+		{"cohort_kafka_sasl_authentications_total", []string{"mechanism=SCRAM-SHA-256", "result=unsupported_mechanism"}},
+		{"cohort_kafka_authorization_denials_total", []string{"resource=group", "operation=read"}},
+		{"cohort_kafka_authorization_denials_total", []string{"resource=topic", "operation=describe"}},
+		{"cohort_kafka_authorization_denials_total", []string{"resource=cluster", "operation=alter"}},
+	} {
+		if !has(fams, c.name, c.labels...) || value(fams, c.name, c.labels...) != 0 {
+			t.Errorf("%s%v: not exported at zero", c.name, c.labels)
+		}
+	}
+}

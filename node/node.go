@@ -171,6 +171,9 @@ func (c Config) Validate() error {
 	if c.Raft.NodeID == "" {
 		errs = append(errs, errors.New("node id must not be empty"))
 	}
+	if c.Raft.Shards < 0 || c.Raft.Shards > raftfsm.MaxShards {
+		errs = append(errs, fmt.Errorf("shards must be between 1 and %d (0: what the data dir holds), got %d", raftfsm.MaxShards, c.Raft.Shards))
+	}
 	if err := validateAddr(c.Raft.RaftAddr); err != nil {
 		errs = append(errs, fmt.Errorf("raft addr: %w", err))
 	}
@@ -332,6 +335,7 @@ func Start(cfg Config) (_ *Node, err error) {
 	kcfg := cfg.Kafka
 	kcfg.NodeID = n.kafkaID
 	kcfg.CaughtUp = n.caughtUp.Wait
+	kcfg.ReadBarrier = n.readBarrier
 	if !cfg.MetricsOff {
 		kcfg.Metrics = n.registry
 	}

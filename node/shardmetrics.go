@@ -30,6 +30,8 @@ func (n *Node) registerShardMetrics() error {
 		Name: "cohort_shard_forwarded_requests_total",
 		Help: "Group requests this node forwarded to the leader of a shard it handed over on purpose, for clients still connected to it.",
 	})}
+	m.moves.WithLabelValues("ok") // exported at zero before the first move
+	m.moves.WithLabelValues("failed")
 	n.metrics = m
 	if n.cfg.MetricsOff {
 		return nil

@@ -29,6 +29,10 @@ type groupShard struct {
 	// nanoseconds; 0 while it does not lead): a shard that just moved is
 	// not moved again before moveMute.
 	ledSince atomic.Int64
+	// firstLed is whether this node leads the shard from the first
+	// election it knows of (it had heard from no leader before): the shard
+	// never moved, and placement may move it at once.
+	firstLed atomic.Bool
 	// handedOver is set when this node hands the shard's leadership over on
 	// purpose, and cleared when it leads the shard again: until then its
 	// requests are forwarded to the leader (forward.go).
@@ -137,6 +141,7 @@ func (gs *groupShard) onLeader() {
 	// coordinator it takes over from was alive then (zero when this node
 	// has heard from no leader since it started).
 	previousAlive := gs.rep.LastLeaderContact()
+	gs.firstLed.Store(previousAlive.IsZero())
 	// The barrier's commit is a quorum's confirmation too: the lease holds
 	// from the moment it was sent.
 	at, epoch := gs.lease.begin()

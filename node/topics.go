@@ -180,3 +180,49 @@ func (n *Node) awaitTopic(topic string) bool {
 	}
 	return false
 }
+
+// readBarrierWait bounds a Metadata answer's read barrier: a follower whose
+// leader does not answer in that time (it just failed) answers from what
+// it has.
+const readBarrierWait = 500 * time.Millisecond
+
+// readBarrier waits until this node's catalog holds every meta group entry
+// the leader had committed when asked, and reports whether it does. A
+// Metadata answer waits for it, so a follower never shows a topic older
+// than a client saw acknowledged through another node: a topic grown on
+// the leader shows its new partitions on every node once CreatePartitions
+// returned. A follower asks the leader for its commit index (a native API
+// round trip, no state hashed) and waits until it has applied that index,
+// normally within the leader's next AppendEntries; the leader waits for
+// its own commit index. Asking the leader is cheaper than forwarding the
+// Metadata request to it (the answer names this node's brokers and is
+// built here) and costs nothing when the follower is current. Without a
+// known leader, or an answer within readBarrierWait, the answer is this
+// node's state, as a Kafka broker's metadata cache would give it.
+func (n *Node) readBarrier(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, readBarrierWait)
+	defer cancel()
+	var index uint64
+	if n.raft.IsLeader() {
+		index = n.raft.Status().CommitIndex
+	} else {
+		addr := n.leaderRemote()
+		if addr == "" {
+			return false
+		}
+		res, err := n.system.Root.RequestFuture(actor.NewPID(addr, AdminName), &clusterpb.StatusRequest{RaftOnly: true}, readBarrierWait).Result()
+		st, ok := res.(*clusterpb.StatusResponse)
+		if err != nil || !ok || st.GetState() != "Leader" {
+			return false
+		}
+		index = st.GetCommitIndex()
+	}
+	for !n.raft.Holds(index) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return true
+}

@@ -32,7 +32,9 @@ import (
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/admin"
 	"github.com/cohort-coord/cohort/assignor"
+	"github.com/cohort-coord/cohort/catalog"
 	"github.com/cohort-coord/cohort/internal/buildinfo"
+	raftpb "github.com/cohort-coord/cohort/proto/cohort/raft/v1"
 	"github.com/cohort-coord/cohort/tlsconfig"
 )
 
@@ -250,6 +252,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	} else if err := startRemote(system, o.listen, o.tls); err != nil {
 		fmt.Fprintf(stderr, "cohort-members: %v\n", err)
 		return 1
+	} else if err := createTopic(system, split(o.remote), o.topic, o.partitions); err != nil {
+		// The members work without it: they name the partition count.
+		fmt.Fprintf(stderr, "cohort-members: topic %s is not in the cluster's topic list: %v\n", o.topic, err)
 	}
 	bs, _ := balancers(o.balancers)
 	p := &printer{out: stdout}
@@ -321,4 +326,37 @@ func run(args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	system.Shutdown()
 	return code
+}
+
+// createTopic adds the members' topic to the cluster's topic list when it
+// is not there (the native API has no topic metadata: the members name
+// the partition count themselves), so that cohortctl topics list and
+// Kafka clients see it, as a Kafka consumer's topic is auto-created. It
+// asks the meta group's leader, following a node that is not it; a topic
+// of that name already there is left as it is.
+func createTopic(system *actor.ActorSystem, remotes []string, topic string, partitions int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a := admin.NewClient(system)
+	id := catalog.NewTopicID()
+	req := &raftpb.TopicCreate{Name: topic, Id: id[:], Partitions: int32(partitions)}
+	var last error
+	for _, addr := range remotes {
+		for hop := 0; hop < 3 && addr != ""; hop++ {
+			_, err := a.Do(ctx, addr, req)
+			var ae *admin.Error
+			switch {
+			case err == nil:
+				return nil
+			case errors.As(err, &ae) && ae.Message == "topic_exists":
+				return nil
+			case errors.As(err, &ae) && ae.Leader != "" && ae.Leader != addr:
+				addr, last = ae.Leader, err
+				continue
+			}
+			last = err
+			break
+		}
+	}
+	return last
 }

@@ -26,14 +26,15 @@ import (
 // Kafka: each node serves the messages of proto/cohort/cluster/v1 at the
 // actor named admin.ActorName.
 //
-//	cohortctl cluster [--remote host:port] [--listen host:port] status
+//	cohortctl cluster [--remote host:port,...] [--listen host:port] status
 //	cohortctl cluster add-voter NODE_ID RAFT_ADDR
 //	cohortctl cluster remove-voter NODE_ID
 //	cohortctl cluster transfer-leadership [--shard K] [NODE_ID]
 //	cohortctl cluster balance
 //
-// --remote is the native API address of any node ($COHORT_REMOTE_ADDR, else
-// 127.0.0.1:8090). Only the leader changes the configuration: another node
+// --remote is the native API address of any node, or a list of them, as
+// cohort-members takes it: the first that answers is asked
+// ($COHORT_REMOTE_ADDR, else 127.0.0.1:8090). Only the leader changes the configuration: another node
 // answers with the leader's address, and the command sends the request
 // there. --listen is the command's own endpoint, which the nodes answer to.
 const clusterCommands = "status | add-voter NODE_ID RAFT_ADDR | remove-voter NODE_ID | transfer-leadership [--shard K] [NODE_ID] | balance"
@@ -45,13 +46,14 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 	fs.StringVar(&addr, "remote", addr, "")
 	listen := fs.String("listen", "127.0.0.1:0", "")
 	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
-		return fmt.Errorf("%w: cluster [--remote host:port] [--listen host:port] %s", errUsage, clusterCommands)
+		return fmt.Errorf("%w: cluster [--remote host:port,...] [--listen host:port] %s", errUsage, clusterCommands)
 	}
+	addrs := strings.Split(addr, ",")
 	rest := fs.Args()
 	var req proto.Message
 	switch {
 	case rest[0] == "status" && len(rest) == 1:
-		a, err := c.adminListen(ctx, *listen, addr)
+		a, addr, err := c.adminListen(ctx, *listen, addrs)
 		if err != nil {
 			return err
 		}
@@ -69,7 +71,7 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 		}
 		req = r
 	case rest[0] == "balance" && len(rest) == 1:
-		a, err := c.adminListen(ctx, *listen, addr)
+		a, addr, err := c.adminListen(ctx, *listen, addrs)
 		if err != nil {
 			return err
 		}
@@ -77,7 +79,7 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 	default:
 		return fmt.Errorf("%w: cluster %s", errUsage, clusterCommands)
 	}
-	a, err := c.adminListen(ctx, *listen, addr)
+	a, addr, err := c.adminListen(ctx, *listen, addrs)
 	if err != nil {
 		return err
 	}
@@ -88,29 +90,55 @@ func (c *cli) cluster(ctx context.Context, args []string) error {
 	return c.print(res, func(w *tabwriter.Writer) { fmt.Fprintln(w, "ok") })
 }
 
-// adminListen checks that the node at addr speaks what the TLS flags say
-// (admin.Probe: a mismatch is refused at once, not after the timeout) and
-// starts the command's native API endpoint, over TLS when the flags say so.
-func (c *cli) adminListen(ctx context.Context, listen, addr string) (*admin.Client, error) {
+// adminListen finds the first of addrs whose node speaks what the TLS
+// flags say (admin.Probe: a mismatch is refused at once, not after the
+// timeout), naming on stderr each before it that did not answer, and
+// starts the command's native API endpoint, over TLS when the flags say
+// so. It returns the address it found.
+func (c *cli) adminListen(ctx context.Context, listen string, addrs []string) (*admin.Client, string, error) {
 	var probe *tls.Config
 	if c.tls != nil && c.tls.enabled() && c.tls.files.Enabled() {
 		cfg, err := tlsconfig.ClientConfig(c.tls.files)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		probe = cfg
 	}
-	if err := admin.Probe(ctx, addr, probe); err != nil {
-		return nil, err
+	addr := ""
+	var errs []error
+	for _, a := range addrs {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		err := admin.Probe(ctx, a, probe)
+		if err == nil {
+			addr = a
+			break
+		}
+		errs = append(errs, err)
 	}
+	if addr == "" {
+		if len(errs) == 0 {
+			return nil, "", fmt.Errorf("%w: --remote names no address", errUsage)
+		}
+		return nil, "", errors.Join(errs...)
+	}
+	for _, err := range errs {
+		c.warnf("%v: asking %s instead", err, addr)
+	}
+	var a *admin.Client
+	var err error
 	if c.tls == nil {
-		return admin.Listen(listen)
+		a, err = admin.Listen(listen)
+	} else {
+		opts, oerr := c.tls.remote()
+		if oerr != nil {
+			return nil, "", oerr
+		}
+		a, err = admin.Listen(listen, opts...)
 	}
-	opts, err := c.tls.remote()
-	if err != nil {
-		return nil, err
-	}
-	return admin.Listen(listen, opts...)
+	return a, addr, err
 }
 
 type nodeStatus struct {
@@ -184,6 +212,7 @@ func (c *cli) clusterStatus(ctx context.Context, a *admin.Client, addr string) e
 				cancel()
 				if s == nil {
 					r.State, r.Error = "unreachable", err.Error()
+					c.warnf("node %s at %s did not answer: %v", m.NodeId, m.RemoteAddr, err)
 					return
 				}
 			}

@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -20,6 +23,28 @@ func codeErr(what string, code int16) error {
 	return fmt.Errorf("%s: %w", what, kerr.ErrorForCode(code))
 }
 
+// codeMsgErr is codeErr with the broker's own message, when it sent one,
+// in place of the code's generic description (INVALID_PARTITIONS is
+// "Number of partitions is below 1." whatever was wrong).
+func codeMsgErr(what string, code int16, msg *string) error {
+	err := codeErr(what, code)
+	var ke *kerr.Error
+	if err == nil || msg == nil || *msg == "" || !errors.As(err, &ke) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, &brokerError{ke, *msg})
+}
+
+// brokerError is a Kafka error code with the broker's message.
+type brokerError struct {
+	code *kerr.Error
+	msg  string
+}
+
+func (e *brokerError) Error() string { return e.code.Message + ": " + e.msg }
+
+func (e *brokerError) Unwrap() error { return e.code }
+
 type listedGroup struct {
 	Group        string `json:"group"`
 	ProtocolType string `json:"protocol_type"`
@@ -28,18 +53,14 @@ type listedGroup struct {
 }
 
 func (c *cli) groupsList(ctx context.Context) error {
-	resp, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctx, c.cl)
+	groups, err := c.listGroups(ctx)
 	if err != nil {
 		return err
 	}
-	if err := codeErr("list groups", resp.ErrorCode); err != nil {
-		return err
-	}
 	rows := []listedGroup{}
-	for _, g := range resp.Groups {
+	for _, g := range groups {
 		rows = append(rows, listedGroup{g.Group, g.ProtocolType, g.GroupState, g.GroupType})
 	}
-	slices.SortFunc(rows, func(a, b listedGroup) int { return strings.Compare(a.Group, b.Group) })
 	return c.print(rows, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "GROUP\tPROTOCOL-TYPE\tSTATE\tTYPE")
 		for _, r := range rows {
@@ -48,10 +69,81 @@ func (c *cli) groupsList(ctx context.Context) error {
 	})
 }
 
+// listGroups asks every broker that answers for the groups it
+// coordinates (ListGroups), as kafka-consumer-groups.sh --list does, and
+// returns them sorted by name; a group two brokers list (it moved between
+// the two answers) once. A broker that answers with an error is named on
+// stderr and left out, unless every broker does.
+func (c *cli) listGroups(ctx context.Context) ([]kmsg.ListGroupsResponseGroup, error) {
+	resps, err := c.eachBroker(ctx, func() kmsg.Request { return kmsg.NewPtrListGroupsRequest() })
+	if err != nil {
+		return nil, err
+	}
+	var out []kmsg.ListGroupsResponseGroup
+	seen := map[string]bool{}
+	var failed []error
+	for _, r := range resps {
+		resp := r.resp.(*kmsg.ListGroupsResponse)
+		if retriable(resp.ErrorCode) {
+			// A shard of this broker is loading (it just took the shard
+			// over): ask it again.
+			resp = c.listGroupsAgain(ctx, r.id, resp)
+		}
+		if err := codeErr("list groups", resp.ErrorCode); err != nil {
+			failed = append(failed, fmt.Errorf("broker %d: %w", r.id, err))
+			continue
+		}
+		for _, g := range resp.Groups {
+			if !seen[g.Group] {
+				seen[g.Group] = true
+				out = append(out, g)
+			}
+		}
+	}
+	if len(failed) == len(resps) {
+		return nil, failed[0]
+	}
+	for _, err := range failed {
+		c.warnf("%v", err)
+	}
+	slices.SortFunc(out, func(a, b kmsg.ListGroupsResponseGroup) int { return strings.Compare(a.Group, b.Group) })
+	return out, nil
+}
+
+// listGroupsAgain asks the broker that answered resp with a retriable
+// error again, every 200 ms, until it answers otherwise or ctx ends.
+func (c *cli) listGroupsAgain(ctx context.Context, id int32, resp *kmsg.ListGroupsResponse) *kmsg.ListGroupsResponse {
+	br := c.cl.Broker(int(id))
+	for retriable(resp.ErrorCode) {
+		select {
+		case <-ctx.Done():
+			return resp
+		case <-time.After(200 * time.Millisecond):
+		}
+		r, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctx, br)
+		if err != nil {
+			return resp
+		}
+		resp = r
+	}
+	return resp
+}
+
 func (c *cli) groupsDelete(ctx context.Context, group string) error {
-	req := kmsg.NewPtrDeleteGroupsRequest()
-	req.Groups = []string{group}
-	resp, err := req.RequestWith(ctx, c.cl)
+	var resp *kmsg.DeleteGroupsResponse
+	err := c.byCoordinator(ctx, []string{group}, func(br *kgo.Broker, groups []string) ([]string, error) {
+		req := kmsg.NewPtrDeleteGroupsRequest()
+		req.Groups = groups
+		r, err := req.RequestWith(ctx, br)
+		if err != nil {
+			return nil, err
+		}
+		if len(r.Groups) == 1 && retriable(r.Groups[0].ErrorCode) {
+			return groups, nil
+		}
+		resp = r
+		return nil, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -81,6 +173,9 @@ type topicInfo struct {
 }
 
 func (c *cli) topicsList(ctx context.Context) error {
+	if _, err := c.reach(ctx); err != nil { // names the brokers that do not answer
+		return err
+	}
 	req := kmsg.NewPtrMetadataRequest()
 	resp, err := req.RequestWith(ctx, c.cl)
 	if err != nil {
@@ -117,11 +212,7 @@ func (c *cli) topicsCreate(ctx context.Context, name string, partitions int32, r
 	}
 	rt := resp.Topics[0]
 	if rt.ErrorCode != 0 {
-		err := codeErr("create "+name, rt.ErrorCode)
-		if rt.ErrorMessage != nil && *rt.ErrorMessage != "" {
-			err = fmt.Errorf("%w (%s)", err, *rt.ErrorMessage)
-		}
-		return err
+		return codeMsgErr("create "+name, rt.ErrorCode, rt.ErrorMessage)
 	}
 	n := rt.NumPartitions
 	if n <= 0 {
@@ -150,11 +241,7 @@ func (c *cli) topicsAlter(ctx context.Context, name string, partitions int32) er
 	}
 	rt := resp.Topics[0]
 	if rt.ErrorCode != 0 {
-		err := codeErr("alter "+name, rt.ErrorCode)
-		if rt.ErrorMessage != nil && *rt.ErrorMessage != "" {
-			err = fmt.Errorf("%w (%s)", err, *rt.ErrorMessage)
-		}
-		return err
+		return codeMsgErr("alter "+name, rt.ErrorCode, rt.ErrorMessage)
 	}
 	info := map[string]any{"topic": name, "partitions": partitions}
 	return c.print(info, func(w *tabwriter.Writer) {

@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // referenceEnv names a Kafka broker for the "reference" subtests, which run
@@ -201,6 +205,37 @@ func conventions(t *testing.T, addr string) {
 		if _, _, code := ctl(t, addr, args...); code != 2 {
 			t.Fatalf("cohortctl %v: exit %d, want 2", args, code)
 		}
+	}
+
+	// A consumer-protocol (KIP-848) group is described as one, with its
+	// member, as groups list types it (kfake answers DescribeGroups for
+	// it Stable with no members).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID("kip848"), kgo.ConsumerGroup("next-gen"), kgo.ConsumeTopics("orders"),
+		kgo.Balancers(kgo.RangeBalancer()), kgo.ServerSideBalancer(), kgo.FetchMaxWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	go func() {
+		for cl.Context().Err() == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			cl.PollFetches(ctx)
+			cancel()
+		}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		info := describeIfAny(t, addr, "next-gen")
+		if info.Type == "consumer" && info.NumMembers == 1 && info.Members[0].ClientID == "kip848" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the consumer-protocol group described as %+v", info)
+		}
+	}
+	var listed []listedGroup
+	ctlJSON(t, addr, &listed, "groups", "list")
+	if i := slices.IndexFunc(listed, func(g listedGroup) bool { return g.Group == "next-gen" }); i < 0 || listed[i].Type != "consumer" {
+		t.Fatalf("groups list: %+v", listed)
 	}
 }
 

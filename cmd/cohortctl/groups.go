@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/cohort-coord/cohort/kafka"
@@ -86,18 +88,14 @@ func (c *cli) selectGroups(ctx context.Context, names []string, all bool) ([]str
 		}
 		return out, nil
 	}
-	resp, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctx, c.cl)
+	listed, err := c.listGroups(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if err := codeErr("list groups", resp.ErrorCode); err != nil {
-		return nil, err
-	}
 	out := []string{}
-	for _, g := range resp.Groups {
+	for _, g := range listed {
 		out = append(out, g.Group)
 	}
-	slices.Sort(out)
 	return out, nil
 }
 
@@ -160,52 +158,17 @@ type tpKey struct {
 	partition int32
 }
 
-// describeGroups describes groups in one request; missing lists those that
-// do not exist (Kafka answers them Dead, cohort GROUP_ID_NOT_FOUND).
+// describeGroups describes groups as Kafka's admin client does: the
+// consumer-protocol (KIP-848) groups among them with ConsumerGroupDescribe,
+// the others with DescribeGroups (a KIP-848 group's DescribeGroups answer
+// is not its state: Kafka refuses it, kfake answers it Stable with no
+// members); each request goes to the group's coordinator. missing lists
+// the groups that do not exist (Kafka answers them Dead, cohort
+// GROUP_ID_NOT_FOUND).
 func (c *cli) describeGroups(ctx context.Context, groups []string) (found map[string]*groupInfo, missing []string, err error) {
-	req := kmsg.NewPtrDescribeGroupsRequest()
-	req.Groups = groups
-	resp, err := req.RequestWith(ctx, c.cl)
-	if err != nil {
-		return nil, nil, err
-	}
 	found = map[string]*groupInfo{}
-	for _, g := range resp.Groups {
-		if g.ErrorCode == kerr.GroupIDNotFound.Code || (g.ErrorCode == 0 && g.State == "Dead") {
-			continue
-		}
-		if err := codeErr("describe "+g.Group, g.ErrorCode); err != nil {
-			return nil, nil, err
-		}
-		info := &groupInfo{groupState: groupState{Group: g.Group, Type: "classic", State: g.State, ProtocolType: g.ProtocolType, Protocol: g.Protocol},
-			Members: []groupMember{}, Offsets: []offsetRow{}}
-		if gen, ok := kafka.GenerationFromTags(g.UnknownTags); ok {
-			info.Generation = &gen
-		}
-		for _, m := range g.Members {
-			gm := groupMember{Group: g.Group, ConsumerID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, Assignment: map[string][]int32{}}
-			if m.InstanceID != nil {
-				gm.InstanceID = *m.InstanceID
-			}
-			if len(m.MemberAssignment) > 0 {
-				var a kmsg.ConsumerMemberAssignment
-				if g.ProtocolType == "consumer" && a.ReadFrom(m.MemberAssignment) == nil {
-					for _, t := range a.Topics {
-						gm.Assignment[t.Topic] = append(gm.Assignment[t.Topic], t.Partitions...)
-						gm.Partitions += len(t.Partitions)
-					}
-					for _, ps := range gm.Assignment {
-						slices.Sort(ps)
-					}
-				} else {
-					gm.AssignmentBytes = len(m.MemberAssignment)
-				}
-			}
-			info.Members = append(info.Members, gm)
-		}
-		slices.SortFunc(info.Members, func(a, b groupMember) int { return strings.Compare(a.ConsumerID, b.ConsumerID) })
-		info.NumMembers = len(info.Members)
-		found[g.Group] = info
+	if err := c.describeConsumerGroups(ctx, groups, found); err != nil {
+		return nil, nil, err
 	}
 	var rest []string
 	for _, g := range groups {
@@ -214,7 +177,30 @@ func (c *cli) describeGroups(ctx context.Context, groups []string) (found map[st
 		}
 	}
 	if len(rest) > 0 {
-		if err := c.describeConsumerGroups(ctx, rest, found); err != nil {
+		err = c.byCoordinator(ctx, rest, func(br *kgo.Broker, groups []string) ([]string, error) {
+			req := kmsg.NewPtrDescribeGroupsRequest()
+			req.Groups = groups
+			resp, err := req.RequestWith(ctx, br)
+			if err != nil {
+				return nil, err
+			}
+			var retry []string
+			for _, g := range resp.Groups {
+				if retriable(g.ErrorCode) {
+					retry = append(retry, g.Group)
+					continue
+				}
+				if g.ErrorCode == kerr.GroupIDNotFound.Code || (g.ErrorCode == 0 && g.State == "Dead") {
+					continue
+				}
+				if err := codeErr("describe "+g.Group, g.ErrorCode); err != nil {
+					return nil, err
+				}
+				found[g.Group] = classicInfo(g)
+			}
+			return retry, nil
+		})
+		if err != nil {
 			return nil, nil, err
 		}
 	}
@@ -226,57 +212,102 @@ func (c *cli) describeGroups(ctx context.Context, groups []string) (found map[st
 	return found, missing, nil
 }
 
+// classicInfo is what a DescribeGroups answer tells of a group.
+func classicInfo(g kmsg.DescribeGroupsResponseGroup) *groupInfo {
+	info := &groupInfo{groupState: groupState{Group: g.Group, Type: "classic", State: g.State, ProtocolType: g.ProtocolType, Protocol: g.Protocol},
+		Members: []groupMember{}, Offsets: []offsetRow{}}
+	if gen, ok := kafka.GenerationFromTags(g.UnknownTags); ok {
+		info.Generation = &gen
+	}
+	for _, m := range g.Members {
+		gm := groupMember{Group: g.Group, ConsumerID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, Assignment: map[string][]int32{}}
+		if m.InstanceID != nil {
+			gm.InstanceID = *m.InstanceID
+		}
+		if len(m.MemberAssignment) > 0 {
+			var a kmsg.ConsumerMemberAssignment
+			if g.ProtocolType == "consumer" && a.ReadFrom(m.MemberAssignment) == nil {
+				for _, t := range a.Topics {
+					gm.Assignment[t.Topic] = append(gm.Assignment[t.Topic], t.Partitions...)
+					gm.Partitions += len(t.Partitions)
+				}
+				for _, ps := range gm.Assignment {
+					slices.Sort(ps)
+				}
+			} else {
+				gm.AssignmentBytes = len(m.MemberAssignment)
+			}
+		}
+		info.Members = append(info.Members, gm)
+	}
+	slices.SortFunc(info.Members, func(a, b groupMember) int { return strings.Compare(a.ConsumerID, b.ConsumerID) })
+	info.NumMembers = len(info.Members)
+	return info
+}
+
 // describeConsumerGroups describes the consumer-protocol (KIP-848) groups
 // among groups (ConsumerGroupDescribe) into found; a group that is not one,
 // or a coordinator without the API, adds nothing.
 func (c *cli) describeConsumerGroups(ctx context.Context, groups []string, found map[string]*groupInfo) error {
-	req := kmsg.NewPtrConsumerGroupDescribeRequest()
-	req.Groups = groups
-	resp, err := req.RequestWith(ctx, c.cl)
-	if err != nil {
-		// A coordinator without the API (a Kafka before 4.0): franz-go
-		// refuses to send it, with an error it does not export.
-		if errors.Is(err, kerr.UnsupportedVersion) || strings.Contains(err.Error(), "broker is too old") {
-			return nil
+	return c.byCoordinator(ctx, groups, func(br *kgo.Broker, groups []string) ([]string, error) {
+		req := kmsg.NewPtrConsumerGroupDescribeRequest()
+		req.Groups = groups
+		resp, err := req.RequestWith(ctx, br)
+		if err != nil {
+			// A coordinator without the API (a Kafka before 4.0): franz-go
+			// refuses to send it, with an error it does not export.
+			if errors.Is(err, kerr.UnsupportedVersion) || strings.Contains(err.Error(), "broker is too old") {
+				return nil, nil
+			}
+			return nil, err
 		}
-		return err
+		var retry []string
+		for _, g := range resp.Groups {
+			if retriable(g.ErrorCode) {
+				retry = append(retry, g.Group)
+				continue
+			}
+			if g.ErrorCode == kerr.GroupIDNotFound.Code || g.ErrorCode == kerr.UnsupportedVersion.Code {
+				continue
+			}
+			if err := codeErr("describe "+g.Group, g.ErrorCode); err != nil {
+				return nil, err
+			}
+			found[g.Group] = consumerInfo(g)
+		}
+		return retry, nil
+	})
+}
+
+// consumerInfo is what a ConsumerGroupDescribe answer tells of a group.
+func consumerInfo(g kmsg.ConsumerGroupDescribeResponseGroup) *groupInfo {
+	epoch, assigned := g.Epoch, g.AssignmentEpoch
+	info := &groupInfo{groupState: groupState{Group: g.Group, Type: "consumer", State: g.State, ProtocolType: "consumer", Protocol: g.AssignorName,
+		Generation: &epoch, AssignmentEpoch: &assigned}, Members: []groupMember{}, Offsets: []offsetRow{}}
+	for _, m := range g.Members {
+		memberEpoch := m.MemberEpoch
+		gm := groupMember{Group: g.Group, ConsumerID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, MemberEpoch: &memberEpoch,
+			Assignment: map[string][]int32{}, Target: map[string][]int32{}}
+		if m.InstanceID != nil {
+			gm.InstanceID = *m.InstanceID
+		}
+		for _, t := range m.Assignment.TopicPartitions {
+			gm.Assignment[t.Topic] = append(gm.Assignment[t.Topic], t.Partitions...)
+			gm.Partitions += len(t.Partitions)
+		}
+		for _, t := range m.TargetAssignment.TopicPartitions {
+			gm.Target[t.Topic] = append(gm.Target[t.Topic], t.Partitions...)
+		}
+		for _, l := range []map[string][]int32{gm.Assignment, gm.Target} {
+			for _, ps := range l {
+				slices.Sort(ps)
+			}
+		}
+		info.Members = append(info.Members, gm)
 	}
-	for _, g := range resp.Groups {
-		if g.ErrorCode == kerr.GroupIDNotFound.Code || g.ErrorCode == kerr.UnsupportedVersion.Code {
-			continue
-		}
-		if err := codeErr("describe "+g.Group, g.ErrorCode); err != nil {
-			return err
-		}
-		epoch, assigned := g.Epoch, g.AssignmentEpoch
-		info := &groupInfo{groupState: groupState{Group: g.Group, Type: "consumer", State: g.State, ProtocolType: "consumer", Protocol: g.AssignorName,
-			Generation: &epoch, AssignmentEpoch: &assigned}, Members: []groupMember{}, Offsets: []offsetRow{}}
-		for _, m := range g.Members {
-			memberEpoch := m.MemberEpoch
-			gm := groupMember{Group: g.Group, ConsumerID: m.MemberID, ClientID: m.ClientID, Host: m.ClientHost, MemberEpoch: &memberEpoch,
-				Assignment: map[string][]int32{}, Target: map[string][]int32{}}
-			if m.InstanceID != nil {
-				gm.InstanceID = *m.InstanceID
-			}
-			for _, t := range m.Assignment.TopicPartitions {
-				gm.Assignment[t.Topic] = append(gm.Assignment[t.Topic], t.Partitions...)
-				gm.Partitions += len(t.Partitions)
-			}
-			for _, t := range m.TargetAssignment.TopicPartitions {
-				gm.Target[t.Topic] = append(gm.Target[t.Topic], t.Partitions...)
-			}
-			for _, l := range []map[string][]int32{gm.Assignment, gm.Target} {
-				for _, ps := range l {
-					slices.Sort(ps)
-				}
-			}
-			info.Members = append(info.Members, gm)
-		}
-		slices.SortFunc(info.Members, func(a, b groupMember) int { return strings.Compare(a.ConsumerID, b.ConsumerID) })
-		info.NumMembers = len(info.Members)
-		found[g.Group] = info
-	}
-	return nil
+	slices.SortFunc(info.Members, func(a, b groupMember) int { return strings.Compare(a.ConsumerID, b.ConsumerID) })
+	info.NumMembers = len(info.Members)
+	return info
 }
 
 // coordinators fills in each group's coordinator (FindCoordinator).
@@ -284,28 +315,19 @@ func (c *cli) coordinators(ctx context.Context, infos []*groupInfo) {
 	if len(infos) == 0 {
 		return
 	}
-	req := kmsg.NewPtrFindCoordinatorRequest()
+	var keys []string
 	for _, in := range infos {
-		req.CoordinatorKeys = append(req.CoordinatorKeys, in.Group)
+		keys = append(keys, in.Group)
 	}
-	req.CoordinatorKey = infos[0].Group
-	resp, err := req.RequestWith(ctx, c.cl)
+	coords, err := c.findCoordinators(ctx, keys)
 	if err != nil {
 		return // the column stays "-": describing does not depend on it
 	}
-	set := func(key string, id int32, host string, port int32, code int16) {
-		for _, in := range infos {
-			if in.Group == key && code == 0 {
-				id := id
-				in.CoordinatorID, in.Coordinator = &id, fmt.Sprintf("%s:%d", host, port)
-			}
+	for _, in := range infos {
+		if co, ok := coords[in.Group]; ok && co.code == 0 {
+			id := co.id
+			in.CoordinatorID, in.Coordinator = &id, net.JoinHostPort(co.host, strconv.Itoa(int(co.port)))
 		}
-	}
-	if len(resp.Coordinators) == 0 { // v3 and older: one key
-		set(req.CoordinatorKey, resp.NodeID, resp.Host, resp.Port, resp.ErrorCode)
-	}
-	for _, co := range resp.Coordinators {
-		set(co.Key, co.NodeID, co.Host, co.Port, co.ErrorCode)
 	}
 }
 

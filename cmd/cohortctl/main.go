@@ -9,7 +9,7 @@
 //	cohortctl groups describe [--members | --state] (GROUP... | --group G... | --all-groups)
 //	cohortctl groups delete GROUP
 //	cohortctl offsets (GROUP... | --group G... | --all-groups)
-//	cohortctl offsets reset GROUP --topic T[:P,...] (--to-offset N | --shift-by N) [--dry-run | --execute] [--export]
+//	cohortctl offsets reset GROUP (--topic T[:P,...] | --all-topics) (--to-offset N | --shift-by N | --to-earliest | --to-latest | --to-current | --to-datetime T) [--dry-run | --execute] [--export]
 //	cohortctl offsets reset GROUP --from-file plan.csv [--dry-run | --execute]
 //	cohortctl offsets delete GROUP --topic T[:P,...]
 //	cohortctl topics list
@@ -40,6 +40,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -61,15 +62,19 @@ func main() {
 // errUsage marks command-line mistakes (exit status 2).
 var errUsage = errors.New("usage")
 
-const usage = `usage: cohortctl [--bootstrap host:port] [--json] [--timeout d] [--tls] [--tls-cert-file F --tls-key-file F] [--tls-ca-file F] COMMAND
+const usage = `usage: cohortctl [--bootstrap host:port,...] [--json] [--timeout d] [--tls] [--tls-cert-file F --tls-key-file F] [--tls-ca-file F] COMMAND
+       cohortctl COMMAND --help
        cohortctl --version
 
---json may appear anywhere on the line; every command uses the same keys
-(group, topic, partition, current_offset, log_end_offset, lag, consumer_id,
-host, client_id, coordinator, total_lag, ...).
+--json and --bootstrap (or Kafka's --bootstrap-server) may appear anywhere
+on the line; every command uses the same keys (group, topic, partition,
+current_offset, log_end_offset, lag, consumer_id, host, client_id,
+coordinator, total_lag, ...).
 
 --bootstrap defaults to env COHORT_BOOTSTRAP_SERVERS, else 127.0.0.1:9092
 (COHORT_BOOTSTRAP still works unless it is true/false: cohortd's switch).
+A broker that does not answer is named on stderr and the command goes on
+with the others. group and topic work for groups and topics (rpk's names).
 
 GROUPS is one or more group names, --group G (repeatable) or --all-groups.
 A group that does not exist is an error (exit 1); usage mistakes exit 2.
@@ -81,11 +86,14 @@ commands:
                                GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID
   groups delete GROUP          delete an empty group and its offsets
   offsets GROUPS               the per-partition table of groups describe
-  offsets reset GROUP (--topic T[:P,...] [--partitions P,...] (--to-offset N | --shift-by N) | --from-file CSV)
-                [--dry-run | --execute] [--export]
+  offsets reset GROUP (--topic T[:P,...] [--partitions P,...] | --all-topics) MODE [--dry-run | --execute] [--export]
+  offsets reset GROUP --from-file CSV [--dry-run | --execute]
                                plan (dry run, the default) or commit new offsets; the group must have
                                no members and every partition must exist (topics are never created).
-                               --topic repeats; --export prints the plan as topic,partition,offset
+                               MODE: --to-offset N | --shift-by N | --to-earliest | --to-latest |
+                               --to-current | --to-datetime YYYY-MM-DDTHH:mm:SS[.sss][Z|+hh:mm].
+                               --topic repeats; --all-topics: the topics the group committed
+                               offsets for; --export prints the plan as topic,partition,offset
                                CSV, which --from-file reads back
   offsets delete GROUP --topic T[:P,...] [--partitions P,...]
                                delete committed offsets (OffsetDelete)
@@ -99,7 +107,8 @@ commands:
   acls list|create|delete [--group G] [--topic T] [--cluster] [--resource-pattern-type P]
        [--allow-principal User:x] [--deny-principal User:x] [--host H] [--operation OP]
                                ACLs, as kafka-acls.sh manages them
-  cluster [--remote host:port] status|add-voter|remove-voter|transfer-leadership
+  cluster [--remote host:port,...] status|add-voter|remove-voter|transfer-leadership|balance
+                               over the native API; the first --remote that answers is asked
 
 SASL: --sasl-mechanism PLAIN|SCRAM-SHA-256|SCRAM-SHA-512 --sasl-username U, password from
 env COHORT_SASL_PASSWORD or --sasl-password-file F.
@@ -108,32 +117,47 @@ env COHORT_SASL_PASSWORD or --sasl-password-file F.
 type cli struct {
 	cl      *kgo.Client
 	out     io.Writer
+	errOut  io.Writer
+	errMu   sync.Mutex
 	json    bool
 	timeout time.Duration
 	tls     *tlsOptions
+
+	reachOnce sync.Once
+	brokers   *brokerSet
+	reachErr  error
 }
+
+// helpHint ends every usage error: the one line that says what was wrong,
+// then where the rest is (not the whole help).
+const helpHint = "run 'cohortctl --help' for the commands, 'cohortctl COMMAND --help' for one"
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cohortctl", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	bootstrap := bootstrapFromEnv(getenv)
 	fs.StringVar(&bootstrap, "bootstrap", bootstrap, "comma-separated seed brokers (env COHORT_BOOTSTRAP_SERVERS)")
+	fs.StringVar(&bootstrap, "bootstrap-server", bootstrap, "kafka-consumer-groups.sh's name for --bootstrap")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", 15*time.Second, "deadline of the whole command")
 	tlsOpts := addTLSFlags(fs, getenv)
 	saslOpts := addSASLFlags(fs, getenv)
 	version := buildinfo.Flag(fs)
+	if words, ok := helpWanted(args); ok {
+		fmt.Fprint(stdout, helpFor(words))
+		return 0
+	}
 	args, jsonAnywhere, err := takeJSON(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
-		return 2
+		return usageError(stderr, err)
+	}
+	args, err = takeBootstrap(args, &bootstrap)
+	if err != nil {
+		return usageError(stderr, err)
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+		return usageError(stderr, habitOfFlag(err))
 	}
 	if *version {
 		fmt.Fprintln(stdout, buildinfo.Read().String("cohortctl"))
@@ -163,16 +187,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := &cli{cl: cl, out: stdout, json: *asJSON, timeout: *timeout, tls: tlsOpts}
-	if err := c.dispatch(ctx, fs.Args()); err != nil {
-		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
+	c := &cli{cl: cl, out: stdout, errOut: stderr, json: *asJSON, timeout: *timeout, tls: tlsOpts}
+	if err := c.dispatch(ctx, aliases(fs.Args())); err != nil {
 		if errors.Is(err, errUsage) {
-			fmt.Fprint(stderr, usage)
-			return 2
+			return usageError(stderr, err)
 		}
+		fmt.Fprintf(stderr, "cohortctl: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// usageError prints a command-line mistake as one line, then where help
+// is (a habit from another tool is refused in one line that names
+// cohortctl's way), and returns exit status 2.
+func usageError(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "cohortctl: %v\n", err)
+	var h *habitError
+	if !errors.As(err, &h) {
+		fmt.Fprintln(stderr, helpHint)
+	}
+	return 2
 }
 
 // bootstrapFromEnv is the default of --bootstrap: COHORT_BOOTSTRAP_SERVERS,
@@ -194,6 +229,9 @@ func bootstrapFromEnv(getenv func(string) string) string {
 
 func (c *cli) dispatch(ctx context.Context, args []string) error {
 	cmd := strings.Join(args[:min(2, len(args))], " ")
+	if err := refuseHabit(args); err != nil {
+		return err
+	}
 	switch {
 	case cmd == "groups list" && len(args) == 2:
 		return c.groupsList(ctx)
@@ -253,7 +291,19 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 		}
 		return c.topicsAlter(ctx, fs.Arg(0), int32(*parts))
 	}
-	return fmt.Errorf("%w: unknown command %q", errUsage, strings.Join(args, " "))
+	if subs, ok := subcommands[args[0]]; ok {
+		if len(args) == 1 {
+			return fmt.Errorf("%w: %s needs a subcommand: %s", errUsage, args[0], subs)
+		}
+		return fmt.Errorf("%w: %q: %s takes %s", errUsage, strings.Join(args, " "), args[0], subs)
+	}
+	return fmt.Errorf("%w: unknown command %q (commands: %s)", errUsage, args[0], strings.Join(commandWords, ", "))
+}
+
+// subcommands are each command's subcommands, as a usage error names them.
+var subcommands = map[string]string{
+	"groups": "list | describe | delete",
+	"topics": "list | create | alter | delete",
 }
 
 // takeJSON removes --json (or --json=true|false) from anywhere on the line,

@@ -264,8 +264,8 @@ func TestTopicsAlter(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--partitions", "4", "orders"}, "alter orders: INVALID_PARTITIONS: Number of partitions is below 1. (The topic orders currently has 5 partition(s); 4 would not be an increase.)"},
-		{[]string{"--partitions", "5", "orders"}, "(Topic already has 5 partition(s).)"},
+		{[]string{"--partitions", "4", "orders"}, "cohortctl: alter orders: INVALID_PARTITIONS: The topic orders currently has 5 partition(s); 4 would not be an increase.\n"},
+		{[]string{"--partitions", "5", "orders"}, ": Topic already has 5 partition(s).\n"},
 		{[]string{"--partitions", "9", "nope"}, "alter nope: UNKNOWN_TOPIC_OR_PARTITION"},
 	} {
 		if out, errOut, code := ctl(t, addr, append([]string{"topics", "alter"}, tc.args...)...); code != 1 || out != "" || !strings.Contains(errOut, tc.want) {
@@ -283,6 +283,81 @@ func TestUsage(t *testing.T) {
 	}
 	if _, errOut, code := ctl(t, "127.0.0.1:1", "--timeout", "500ms", "groups", "list"); code != 1 || errOut == "" {
 		t.Fatalf("unreachable broker: exit %d %q", code, errOut)
+	}
+	// A usage error is one line and where help is, not the whole help.
+	for _, args := range [][]string{{"groups"}, {"nope"}, {"groups", "describe"}, {"--nope", "groups", "list"}, {"topics", "alter", "t"}} {
+		_, errOut, code := ctl(t, "127.0.0.1:1", args...)
+		if lines := strings.Split(strings.TrimSuffix(errOut, "\n"), "\n"); code != 2 || len(lines) != 2 || lines[1] != helpHint {
+			t.Errorf("%v: exit %d, stderr %q; want 2, one line and the hint", args, code, errOut)
+		}
+	}
+}
+
+// Kafka's tools' and rpk's habits work, or are refused in one line that
+// names cohortctl's way (exit 2).
+func TestKafkaHabits(t *testing.T) {
+	addr := startNode(t)
+	if _, errOut, code := ctl(t, addr, "offsets", "reset", "habits", "--topic", "orders", "--to-offset", "1", "--execute"); code != 1 || !strings.Contains(errOut, "topic orders does not exist") {
+		t.Fatalf("reset of a missing topic: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := ctl(t, addr, "topics", "create", "--partitions", "2", "orders"); code != 0 {
+		t.Fatalf("topics create: %s", errOut)
+	}
+	if _, errOut, code := ctl(t, addr, "offsets", "reset", "habits", "--topic", "orders", "--to-offset", "1", "--execute"); code != 0 {
+		t.Fatalf("offsets reset: exit %d %q", code, errOut)
+	}
+	// --bootstrap-server (kafka-consumer-groups.sh), anywhere on the line;
+	// it wins over the environment's default.
+	for _, args := range [][]string{
+		{"--bootstrap-server", addr, "groups", "list"},
+		{"groups", "list", "--bootstrap-server", addr},
+		{"groups", "list", "--bootstrap-server=" + addr},
+		{"group", "describe", "habits", "--bootstrap-server", addr}, // rpk's singular
+		{"--bootstrap", addr, "topic", "list"},
+	} {
+		out, errOut, code := ctl(t, "127.0.0.1:1", args...)
+		if code != 0 || !strings.Contains(out, "habits") && !strings.Contains(out, "orders") {
+			t.Errorf("%v: exit %d %q %q", args, code, out, errOut)
+		}
+	}
+	// Help after any command: its own lines, exit 0.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--help"}, "commands:"},
+		{[]string{"-h"}, "commands:"},
+		{[]string{"help"}, "commands:"},
+		{[]string{"groups", "--help"}, "groups describe [--members | --state] GROUPS"},
+		{[]string{"group", "describe", "--help"}, "groups describe [--members | --state] GROUPS"},
+		{[]string{"offsets", "reset", "-h"}, "--to-datetime"},
+		{[]string{"cluster", "--help"}, "cluster [--remote host:port,...]"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), tc.args, func(string) string { return "" }, &out, &errOut)
+		if code != 0 || !strings.Contains(out.String(), tc.want) || errOut.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and %q", tc.args, code, out.String(), errOut.String(), tc.want)
+		}
+		if len(tc.args) > 1 && strings.Contains(out.String(), "acls list") {
+			t.Errorf("%v: the whole help, not the command's", tc.args)
+		}
+	}
+	// Kafka's action flags: one line naming cohortctl's command.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--describe", "--group", "habits"}, "'cohortctl groups describe GROUP...'"},
+		{[]string{"--bootstrap-server", addr, "--list"}, "'cohortctl groups list'"},
+		{[]string{"--reset-offsets", "--group", "habits", "--to-earliest"}, "'cohortctl offsets reset GROUP"},
+		{[]string{"--group", "habits", "--describe"}, "'cohortctl groups describe --group G'"},
+		{[]string{"groups", "--describe", "--group", "habits"}, "'cohortctl groups describe GROUP...'"},
+		{[]string{"--delete-offsets", "--group", "habits"}, "'cohortctl offsets delete GROUP --topic T'"},
+	} {
+		_, errOut, code := ctl(t, addr, tc.args...)
+		if code != 2 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line with %q", tc.args, code, errOut, tc.want)
+		}
 	}
 }
 

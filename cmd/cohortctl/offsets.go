@@ -13,14 +13,17 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // The offset commands, as kafka-consumer-groups.sh and rpk group have them:
 //
-//	offsets reset GROUP --topic T[:0,1] [--partitions 0,1] --to-offset N | --shift-by N [--dry-run | --execute] [--export]
+//	offsets reset GROUP (--topic T[:0,1] [--partitions 0,1] | --all-topics) MODE [--dry-run | --execute] [--export]
+//	  MODE: --to-offset N | --shift-by N | --to-earliest | --to-latest | --to-current | --to-datetime T
 //	offsets reset GROUP --from-file plan.csv [--dry-run | --execute]    (lines: topic,partition,offset)
 //	offsets delete GROUP --topic T[:0,1] [--partitions 0,1]
 //
@@ -29,7 +32,7 @@ import (
 // a planned partition does not exist (dry run or not). --export prints the
 // plan as the CSV --from-file reads.
 const (
-	offsetsResetUsage  = "offsets reset GROUP (--topic T[:P,...] [--partitions P,...] (--to-offset N | --shift-by N) | --from-file CSV) [--dry-run | --execute] [--export]"
+	offsetsResetUsage  = "offsets reset GROUP (--topic T[:P,...] [--partitions P,...] | --all-topics) (--to-offset N | --shift-by N | --to-earliest | --to-latest | --to-current | --to-datetime T) [--dry-run | --execute] [--export]"
 	offsetsDeleteUsage = "offsets delete GROUP --topic T[:P,...] [--partitions P,...]"
 )
 
@@ -126,32 +129,53 @@ func specs(topics topicsFlag, parts partitionsFlag) []topicSpec {
 	return out
 }
 
+// resetModes are the ways offsets reset computes new offsets, as
+// kafka-consumer-groups.sh --reset-offsets names them.
+var resetModes = []string{"to-offset", "shift-by", "to-earliest", "to-latest", "to-current", "to-datetime", "from-file"}
+
 func (c *cli) offsetsReset(ctx context.Context, args []string) error {
 	fs, topicsF, partsFlag := topicFlags("offsets reset")
 	toOffset := fs.Int64("to-offset", -1, "")
 	shiftBy := fs.Int64("shift-by", 0, "")
+	fs.Bool("to-earliest", false, "")
+	fs.Bool("to-latest", false, "")
+	fs.Bool("to-current", false, "")
+	toDatetime := fs.String("to-datetime", "", "")
+	allTopics := fs.Bool("all-topics", false, "")
 	fromFile := fs.String("from-file", "", "")
 	execute := fs.Bool("execute", false, "")
 	dryRun := fs.Bool("dry-run", false, "")
 	export := fs.Bool("export", false, "")
 	group, err := parseGroupFlags(fs, args)
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = f.Value.String() != "false" })
+	var mode string
 	modes := 0
-	for _, m := range []string{"to-offset", "shift-by", "from-file"} {
+	for _, m := range resetModes {
 		if set[m] {
+			mode = m
 			modes++
 		}
+	}
+	var at int64
+	if set["to-datetime"] {
+		t, perr := parseDatetime(*toDatetime)
+		if perr != nil {
+			return fmt.Errorf("%w: --to-datetime: %v", errUsage, perr)
+		}
+		at = t.UnixMilli()
 	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: %v: %s", errUsage, err, offsetsResetUsage)
 	case modes != 1:
-		return fmt.Errorf("%w: give one of --to-offset, --shift-by, --from-file: %s", errUsage, offsetsResetUsage)
-	case set["from-file"] && (len(*topicsF) > 0 || len(*partsFlag) > 0):
-		return fmt.Errorf("%w: --from-file names its own partitions: %s", errUsage, offsetsResetUsage)
-	case !set["from-file"] && len(*topicsF) == 0:
-		return fmt.Errorf("%w: --topic is required: %s", errUsage, offsetsResetUsage)
+		return fmt.Errorf("%w: give one of --%s", errUsage, strings.Join(resetModes, ", --"))
+	case set["from-file"] && (len(*topicsF) > 0 || len(*partsFlag) > 0 || *allTopics):
+		return fmt.Errorf("%w: --from-file names its own partitions", errUsage)
+	case *allTopics && len(*topicsF) > 0:
+		return fmt.Errorf("%w: --all-topics and --topic exclude each other", errUsage)
+	case !set["from-file"] && len(*topicsF) == 0 && !*allTopics:
+		return fmt.Errorf("%w: name the partitions: --topic T[:P,...] (repeatable) or --all-topics", errUsage)
 	case set["to-offset"] && *toOffset < 0:
 		return fmt.Errorf("%w: --to-offset must not be negative", errUsage)
 	case *execute && *dryRun:
@@ -181,7 +205,23 @@ func (c *cli) offsetsReset(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		for _, sp := range specs(*topicsF, *partsFlag) {
+		sps := specs(*topicsF, *partsFlag)
+		if *allTopics {
+			// Kafka's --all-topics: every topic the group committed
+			// offsets for, all of its partitions.
+			seen := map[string]bool{}
+			for k := range current {
+				if !seen[k.topic] {
+					seen[k.topic] = true
+					sps = append(sps, topicSpec{topic: k.topic})
+				}
+			}
+			if len(sps) == 0 {
+				return fmt.Errorf("group %s has no committed offsets: --all-topics names no topic", group)
+			}
+			slices.SortFunc(sps, func(a, b topicSpec) int { return strings.Compare(a.topic, b.topic) })
+		}
+		for _, sp := range sps {
 			ps := sp.parts
 			if len(ps) == 0 {
 				ps = topics[sp.topic]
@@ -211,6 +251,9 @@ func (c *cli) offsetsReset(ctx context.Context, args []string) error {
 		if off, ok := current[tpKey{r.Topic, r.Partition}]; ok {
 			r.CurrentOffset = &off
 		}
+	}
+	if err := c.offsetsFor(ctx, mode, at, current, plan); err != nil {
+		return err
 	}
 	slices.SortFunc(plan, func(a, b resetRow) int {
 		return cmpKey(tpKey{a.Topic, a.Partition}, tpKey{b.Topic, b.Partition})
@@ -290,12 +333,23 @@ func readResetPlan(path string) ([]resetRow, error) {
 
 // committed returns the group's committed offsets.
 func (c *cli) committed(ctx context.Context, group string) (map[tpKey]int64, error) {
-	of := kmsg.NewPtrOffsetFetchRequest()
-	of.Group = group
-	g := kmsg.NewOffsetFetchRequestGroup()
-	g.Group = group
-	of.Groups = append(of.Groups, g)
-	r, err := of.RequestWith(ctx, c.cl)
+	var r *kmsg.OffsetFetchResponse
+	err := c.byCoordinator(ctx, []string{group}, func(br *kgo.Broker, groups []string) ([]string, error) {
+		of := kmsg.NewPtrOffsetFetchRequest()
+		of.Group = group
+		g := kmsg.NewOffsetFetchRequestGroup()
+		g.Group = group
+		of.Groups = append(of.Groups, g)
+		resp, err := of.RequestWith(ctx, br)
+		if err != nil {
+			return nil, err
+		}
+		if retriable(resp.ErrorCode) || (len(resp.Groups) > 0 && retriable(resp.Groups[0].ErrorCode)) {
+			return groups, nil
+		}
+		r = resp
+		return nil, nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +444,22 @@ func (c *cli) commitPlan(ctx context.Context, group string, plan []resetRow) err
 		p.Partition, p.Offset, p.LeaderEpoch = r.Partition, r.NewOffset, -1
 		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
 	}
-	resp, err := req.RequestWith(ctx, c.cl)
+	var resp *kmsg.OffsetCommitResponse
+	err = c.byCoordinator(ctx, []string{group}, func(br *kgo.Broker, groups []string) ([]string, error) {
+		r, err := req.RequestWith(ctx, br)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				if retriable(p.ErrorCode) {
+					return groups, nil
+				}
+			}
+		}
+		resp = r
+		return nil, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -458,7 +527,18 @@ func (c *cli) offsetsDelete(ctx context.Context, args []string) error {
 		}
 		req.Topics = append(req.Topics, t)
 	}
-	resp, err := req.RequestWith(ctx, c.cl)
+	var resp *kmsg.OffsetDeleteResponse
+	err = c.byCoordinator(ctx, []string{group}, func(br *kgo.Broker, groups []string) ([]string, error) {
+		r, err := req.RequestWith(ctx, br)
+		if err != nil {
+			return nil, err
+		}
+		if retriable(r.ErrorCode) {
+			return groups, nil
+		}
+		resp = r
+		return nil, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -510,4 +590,93 @@ func (c *cli) topicsDelete(ctx context.Context, name string) error {
 		return err
 	}
 	return c.printDeleted("topic", name)
+}
+
+// offsetsFor sets the new offsets of the modes that read the log:
+// --to-earliest, --to-latest and --to-datetime (ListOffsets), and
+// --to-current (the committed offset; the log end for a partition with
+// none, as Kafka does).
+func (c *cli) offsetsFor(ctx context.Context, mode string, at int64, current map[tpKey]int64, plan []resetRow) error {
+	var ts int64
+	switch mode {
+	case "to-earliest":
+		ts = -2
+	case "to-latest", "to-current":
+		ts = -1
+	case "to-datetime":
+		ts = at
+	default:
+		return nil
+	}
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	idx := map[string]int{}
+	for _, r := range plan {
+		i, ok := idx[r.Topic]
+		if !ok {
+			t := kmsg.NewListOffsetsRequestTopic()
+			t.Topic = r.Topic
+			req.Topics = append(req.Topics, t)
+			i = len(req.Topics) - 1
+			idx[r.Topic] = i
+		}
+		p := kmsg.NewListOffsetsRequestTopicPartition()
+		p.Partition, p.Timestamp, p.CurrentLeaderEpoch = r.Partition, ts, -1
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, p)
+	}
+	resp, err := req.RequestWith(ctx, c.cl)
+	if err != nil {
+		return err
+	}
+	got := map[tpKey]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := codeErr(fmt.Sprintf("list offsets of %s/%d", t.Topic, p.Partition), p.ErrorCode); err != nil {
+				return err
+			}
+			got[tpKey{t.Topic, p.Partition}] = p.Offset
+		}
+	}
+	var ends map[tpKey]int64
+	for i := range plan {
+		k := tpKey{plan[i].Topic, plan[i].Partition}
+		off, ok := got[k]
+		if !ok {
+			return fmt.Errorf("list offsets: no answer for %s/%d", k.topic, k.partition)
+		}
+		if cur, ok := current[k]; ok && mode == "to-current" {
+			off = cur
+		}
+		if off < 0 && mode == "to-datetime" {
+			// No record at or after the time: the log end, as Kafka.
+			if ends == nil {
+				ends = map[tpKey]int64{}
+				latest := slices.Clone(plan)
+				if err := c.offsetsFor(ctx, "to-latest", 0, nil, latest); err != nil {
+					return err
+				}
+				for _, r := range latest {
+					ends[tpKey{r.Topic, r.Partition}] = r.NewOffset
+				}
+			}
+			off = ends[k]
+		}
+		plan[i].NewOffset = max(off, 0)
+	}
+	return nil
+}
+
+// parseDatetime reads --to-datetime as kafka-consumer-groups.sh does:
+// YYYY-MM-DDTHH:mm:SS.sss, the fraction optional, with a zone (Z or
+// +hh:mm) or in local time.
+func parseDatetime(s string) (time.Time, error) {
+	for _, layout := range []string{"2006-01-02T15:04:05.999999999Z07:00", "2006-01-02T15:04:05.999999999Z0700"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	if t, err := time.ParseInLocation("2006-01-02T15:04:05.999999999", s, time.Local); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want YYYY-MM-DDTHH:mm:SS[.sss] with an optional Z or +hh:mm", s)
 }

@@ -94,6 +94,48 @@ func offsetCommands(t *testing.T, addr string) {
 		t.Fatalf("reset without a mode: exit %d, want 2", code)
 	}
 
+	// kafka-consumer-groups.sh's other modes, as dry runs: the log's ends
+	// (an empty log: 0 on both), the committed offsets, a time (no record
+	// after it: the log end), and --all-topics (the topics the group
+	// committed for).
+	for _, tc := range []struct {
+		args []string
+		want map[int32]int64
+	}{
+		{[]string{"--topic", "orders", "--to-earliest"}, map[int32]int64{0: 0, 1: 0, 2: 0}},
+		{[]string{"--topic", "orders", "--to-latest"}, map[int32]int64{0: 0, 1: 0, 2: 0}},
+		{[]string{"--topic", "orders", "--to-current"}, map[int32]int64{0: 3, 1: 3, 2: 9}},
+		{[]string{"--all-topics", "--to-current"}, map[int32]int64{0: 3, 1: 3, 2: 9}},
+		{[]string{"--all-topics", "--to-datetime", "2024-03-01T12:00:00.000"}, map[int32]int64{0: 0, 1: 0, 2: 0}},
+		{[]string{"--topic", "orders:2", "--to-datetime", "2024-03-01T12:00:00Z"}, map[int32]int64{2: 0}},
+		{[]string{"--topic", "orders", "--shift-by", "4"}, map[int32]int64{0: 7, 1: 7, 2: 13}},
+	} {
+		ctlJSON(t, addr, &plan, append([]string{"offsets", "reset", "billing"}, tc.args...)...)
+		got := map[int32]int64{}
+		for _, r := range plan {
+			if r.Topic != "orders" || r.Executed {
+				t.Fatalf("offsets reset %v: %+v", tc.args, plan)
+			}
+			got[r.Partition] = r.NewOffset
+		}
+		if !sameOffsets(got, tc.want) {
+			t.Fatalf("offsets reset %v: plan %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	for _, args := range [][]string{
+		{"--topic", "orders", "--to-datetime", "yesterday"},
+		{"--topic", "orders", "--all-topics", "--to-earliest"},
+		{"--topic", "orders", "--to-earliest", "--to-latest"},
+		{"--to-earliest"},
+	} {
+		if _, errOut, code := ctl(t, addr, append([]string{"offsets", "reset", "billing"}, args...)...); code != 2 || strings.Count(errOut, "\n") != 2 {
+			t.Fatalf("offsets reset %v: exit %d %q, want 2 and one line and the hint", args, code, errOut)
+		}
+	}
+	if got := committedOf(t, addr, "billing", "orders"); !sameOffsets(got, map[int32]int64{0: 3, 1: 3, 2: 9}) {
+		t.Fatalf("dry runs changed offsets: %v", got)
+	}
+
 	// Refused while the group has a live member.
 	c := startConsumer(t, addr, "billing", "orders", "ctl-live")
 	deadline := time.Now().Add(30 * time.Second)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,12 +73,20 @@ func TestInvalidValuesExitWith2(t *testing.T) {
 		{[]string{"--group-min-session-timeout", "1m", "--group-max-session-timeout", "30s"}, nil, "below the min session timeout"},
 		{[]string{"extra"}, nil, "unexpected arguments"},
 		{[]string{"--auto-create-topics=sometimes"}, nil, "want true, requested or false"},
+		{[]string{"--shards", "300"}, nil, "shards must be between 1 and 256"},
+		{[]string{"--shards", "-1"}, nil, "shards must be between 1 and 256"},
+		{nil, map[string]string{"COHORT_SHARDS": "257"}, "shards must be between 1 and 256"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
-		code := run(c.args, env(c.env), &out)
+		dir := t.TempDir()
+		data := filepath.Join(dir, "data")
+		code := run(append([]string{"--data-dir", data}, c.args...), env(c.env), &out)
 		if code != 2 || !strings.Contains(out.String(), c.want) {
 			t.Errorf("%v %v: exit %d, output %q; want 2 and %q", c.args, c.env, code, out.String(), c.want)
+		}
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			t.Errorf("%v %v: the refused start left its data dir behind (%v)", c.args, c.env, err)
 		}
 	}
 }

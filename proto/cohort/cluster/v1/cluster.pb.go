@@ -178,7 +178,13 @@ func (x *Member) GetLeader() bool {
 }
 
 type StatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only the node's Raft state in the meta group (state, leader_id, term,
+	// applied_index, commit_index): a follower's read barrier asks the leader
+	// this before it answers a Metadata request, so that it answers nothing
+	// older than what the leader had committed. A version that predates the
+	// field answers the whole status, which holds the same fields.
+	RaftOnly      bool `protobuf:"varint,1,opt,name=raft_only,json=raftOnly,proto3" json:"raft_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -211,6 +217,13 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
 	return file_cohort_cluster_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StatusRequest) GetRaftOnly() bool {
+	if x != nil {
+		return x.RaftOnly
+	}
+	return false
 }
 
 type StatusResponse struct {
@@ -909,8 +922,9 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"kafka_addr\x18\x04 \x01(\tR\tkafkaAddr\x12\x1a\n" +
 	"\bsuffrage\x18\x05 \x01(\tR\bsuffrage\x12\x16\n" +
-	"\x06leader\x18\x06 \x01(\bR\x06leader\"\x0f\n" +
-	"\rStatusRequest\"\xd6\x03\n" +
+	"\x06leader\x18\x06 \x01(\bR\x06leader\",\n" +
+	"\rStatusRequest\x12\x1b\n" +
+	"\traft_only\x18\x01 \x01(\bR\braftOnly\"\xd6\x03\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
