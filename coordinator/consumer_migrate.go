@@ -62,9 +62,9 @@ func (g *Group) ConsumerHeartbeat(cfg *ConsumerConfig, topics map[string]int32, 
 			// no member count to take on every heartbeat).
 			return cg.Heartbeat(req, now, cfx)
 		}
-		before, epoch := cg.numConsumerProtocol(), cg.epoch
+		before := cg.numConsumerProtocol()
 		resp := cg.Heartbeat(req, now, cfx)
-		g.maybeDowngrade(before, epoch, now, cfx, fx)
+		g.maybeDowngrade(before, now, cfx, fx)
 		return resp
 	}
 	if g.state == Dead {
@@ -110,9 +110,9 @@ func (g *Group) ConsumerTimer(kind ConsumerTimerKind, member string, now time.Ti
 	if cg == nil {
 		return false
 	}
-	before, epoch := cg.numConsumerProtocol(), cg.epoch
+	before := cg.numConsumerProtocol()
 	removed := cg.OnTimer(kind, member, now, cfx)
-	g.maybeDowngrade(before, epoch, now, cfx, fx)
+	g.maybeDowngrade(before, now, cfx, fx)
 	return removed
 }
 
@@ -334,34 +334,54 @@ func (g *Group) RetireClassic(now time.Time, fx *Effects) {
 
 // maybeDowngrade converts the attached consumer group into a classic group
 // when the call just made removed its last consumer-protocol member
-// (before is how many it had, epoch the group epoch before it) and only
-// classic members remain.
-func (g *Group) maybeDowngrade(before int, epoch int32, now time.Time, cfx *ConsumerEffects, fx *Effects) {
+// (before is how many it had) and only classic members remain.
+func (g *Group) maybeDowngrade(before int, now time.Time, cfx *ConsumerEffects, fx *Effects) {
 	cg := g.consumer
 	if before == 0 || cg.numConsumerProtocol() > 0 || len(cg.members) == 0 ||
 		!cg.cfg.MigrationPolicy.DowngradeEnabled() || len(cg.members) > g.cfg.maxSize() {
 		return
 	}
-	g.Downgrade(epoch, now, cfx, fx)
+	g.Downgrade(now, cfx, fx)
 }
 
 // Downgrade converts the attached consumer group, whose members all use
 // the classic protocol, into this classic group (Kafka's
 // convertToClassicGroup and ClassicGroup.fromConsumerGroup): cfx gets the
 // removal of every consumer record and the classic record, fx the classic
-// timers of a rebalance. generation is the group epoch before the call
-// that removed the last consumer-protocol member: the classic members know
-// it as their generation, so their next Heartbeat is told
-// REBALANCE_IN_PROGRESS (not ILLEGAL_GENERATION, which ends a client's
-// session), and the rebalance forms the next generation (Kafka builds the
-// classic group from the consumer group before the member's removal).
-func (g *Group) Downgrade(generation int32, now time.Time, cfx *ConsumerEffects, fx *Effects) {
+// timers of a rebalance, so that each member rejoins on
+// REBALANCE_IN_PROGRESS.
+//
+// The generation is the highest member epoch among the members, and a
+// member behind it keeps its own epoch as its generation until the
+// rebalance forms the next one (above every epoch the consumer group
+// used). Kafka takes the group epoch before the removal as the
+// generation, so a classic member that had not rejoined since an earlier
+// removal (two consumer-protocol members leaving a few milliseconds
+// apart) is told ILLEGAL_GENERATION and loses its partitions; here it is
+// told REBALANCE_IN_PROGRESS and its commits are accepted, as the
+// others'. The members' own epochs live in memory only: after a takeover
+// during that rebalance a member behind the generation is told
+// ILLEGAL_GENERATION, as in Kafka.
+func (g *Group) Downgrade(now time.Time, cfx *ConsumerEffects, fx *Effects) {
 	cg := g.consumer
 	cg.writeGroupTombstones(cfx)
 	g.consumer = nil
 	g.protocolType = consumerProtocolType
-	g.generation = generation
-	g.floor = max(g.floor, g.generation)
+	gen := int32(0)
+	for _, cm := range cg.members {
+		gen = max(gen, cm.epoch)
+	}
+	g.generation = gen
+	g.floor = max(g.floor, g.generation, cg.epoch)
+	g.converted = nil
+	for _, cm := range cg.members {
+		if cm.epoch != gen {
+			if g.converted == nil {
+				g.converted = make(map[string]int32)
+			}
+			g.converted[cm.id] = cm.epoch
+		}
+	}
 	for _, id := range cg.memberIDs() {
 		cm := cg.members[id]
 		m := &member{
@@ -390,4 +410,18 @@ func (g *Group) Downgrade(generation int32, now time.Time, cfx *ConsumerEffects,
 		g.armSession(now, m, m.sessionTimeout(), fx)
 	}
 	g.prepareRebalance(now, fx)
+}
+
+// isGeneration reports whether gen is the generation for member id: the
+// group's, or after a downgrade, until the next generation forms, the
+// member epoch the member held in the consumer group.
+func (g *Group) isGeneration(id string, gen int32) bool {
+	return gen == g.generation || g.convertedAt(id, gen)
+}
+
+// convertedAt reports whether member id was behind the generation at a
+// downgrade, at member epoch gen, and no generation formed since.
+func (g *Group) convertedAt(id string, gen int32) bool {
+	e, ok := g.converted[id]
+	return ok && e == gen
 }

@@ -50,6 +50,7 @@ type migClient struct {
 	pendingKind  int
 	leaderPlan   []*pb.SyncGroupAssignment
 	gone         bool
+	lost         int // times it lost its partitions (lose)
 }
 
 const (
@@ -344,6 +345,7 @@ func (h *migHarness) onClassic(c *migClient, msg proto.Message) {
 // lose is the client losing its partitions (ILLEGAL_GENERATION,
 // UNKNOWN_MEMBER_ID) and rejoining.
 func (c *migClient) lose(h *migHarness) {
+	c.lost++
 	c.held, c.state, c.gen = tpSet{}, migJoin, -1
 }
 

@@ -161,7 +161,8 @@ type tpKey struct {
 }
 
 // describeGroups describes groups in one request; missing lists those that
-// do not exist (Kafka answers them Dead, cohort GROUP_ID_NOT_FOUND).
+// do not exist (Dead without an error below DescribeGroups v6,
+// GROUP_ID_NOT_FOUND from it, as Kafka answers them).
 func (c *cli) describeGroups(ctx context.Context, groups []string) (found map[string]*groupInfo, missing []string, err error) {
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = groups
