@@ -138,8 +138,8 @@ func TestDescribeGroupsOfNoClassicGroupByVersion(t *testing.T) {
 // first leave (and, in "one behind", after one of them did): every
 // classic member's heartbeat, commit and SyncGroup at the generation it
 // knows is answered as the current generation's, none loses its
-// partitions, and the next generation is above every epoch the consumer
-// group used.
+// partitions, and the next generation is above every generation a member
+// knew.
 func TestMigrationDowngradeAfterQuickLeaves(t *testing.T) {
 	for _, tc := range []struct {
 		name               string
@@ -173,13 +173,14 @@ func TestMigrationDowngradeAfterQuickLeaves(t *testing.T) {
 					}
 				}
 			}
-			cgEpoch := h.g.floor
 			if h.g.Consumer() != nil || h.g.State() != PreparingRebalance {
 				t.Fatalf("after the leaves: consumer %v, state %v", h.g.Consumer() != nil, h.g.State())
 			}
 			gens := map[int32]bool{}
+			known := int32(0)
 			for _, c := range classic {
 				gens[c.gen] = true
+				known = max(known, c.gen)
 				if _, r := h.classic(&pb.HeartbeatRequest{GroupId: "g", MemberId: c.memberID, GenerationId: c.gen}); r.(*pb.HeartbeatResponse).GetErrorCode() != ErrRebalanceInProgress {
 					t.Fatalf("%s heartbeat at generation %d (group at %d): %v", c.id, c.gen, h.g.Generation(), r)
 				}
@@ -202,12 +203,103 @@ func TestMigrationDowngradeAfterQuickLeaves(t *testing.T) {
 				if c.lost != 0 {
 					t.Fatalf("%s lost its partitions %d times", c.id, c.lost)
 				}
-				if c.gen <= cgEpoch {
-					t.Fatalf("%s at generation %d, not above the consumer group's epoch %d", c.id, c.gen, cgEpoch)
+				if c.gen != known+1 {
+					t.Fatalf("%s at generation %d after the rebalance, want %d", c.id, c.gen, known+1)
 				}
 			}
 			if h.g.converted != nil {
 				t.Fatalf("converted generations kept after the rebalance: %v", h.g.converted)
+			}
+		})
+	}
+}
+
+// Kafka's downgrade by a static member's replacement
+// (validateOnlineDowngradeWithReplacedMember, convertToClassicGroup with a
+// joining member): a classic static member whose JoinGroup takes the seat
+// of the last consumer-protocol member turns the group classic in the same
+// write. With the replaced member's subscription, and every member holding
+// its target, the classic group is Stable at the group epoch and the new
+// member is given the replaced member's partitions without a rebalance;
+// with another subscription it rebalances (as Kafka trunk does). Either
+// way no partition is held twice and no classic member loses its
+// partitions.
+func TestMigrationDowngradeByStaticReplacement(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		topics    []string
+		rebalance bool
+	}{
+		{"same subscription", []string{"t", "u"}, false},
+		{"other subscription", []string{"t"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newMigHarness(t, map[string]int32{"t": 6, "u": 3})
+			c := h.addClassic(assignor.Range(), "t", "u")
+			h.settle()
+			k := h.addConsumer("t", "u")
+			k.instance = "i1"
+			h.settle()
+			h.covered()
+			cg := h.g.Consumer()
+			if cg == nil || cg.numConsumerProtocol() != 1 {
+				t.Fatal("not a consumer group with one consumer-protocol member")
+			}
+			epoch, kHeld := cg.Epoch(), k.held.list()
+			// k's process stops (a static member's temporary leave): it keeps
+			// its seat and partitions.
+			if resp := h.consumerHB(&ConsumerHeartbeatRequest{Version: 1, GroupID: "g", MemberID: k.memberID, MemberEpoch: EpochStaticLeave, InstanceID: k.instanceID(), RebalanceTimeoutMs: -1}); resp.ErrorCode != ErrNone {
+				t.Fatalf("static leave: %d", resp.ErrorCode)
+			}
+			k.held, k.gone = tpSet{}, true
+			s := h.addClassic(assignor.Range(), tc.topics...)
+			s.instance = "i1"
+			written := len(h.written)
+			h.step(s) // JoinGroup
+			if h.g.Consumer() != nil {
+				t.Fatal("the replacement did not downgrade the group")
+			}
+			// Another subscription bumps the epoch first: the joining
+			// member is answered the new one, the generation.
+			wantGen := epoch
+			if tc.rebalance {
+				wantGen++
+			}
+			if h.g.Generation() != wantGen || h.g.HasMember(k.memberID) || !h.g.HasMember(s.memberID) || h.g.NumMembers() != 2 {
+				t.Fatalf("classic group at generation %d, want %d, members: k %v s %v, %d", h.g.Generation(), wantGen, h.g.HasMember(k.memberID), h.g.HasMember(s.memberID), h.g.NumMembers())
+			}
+			if rec := h.lastClassic(); rec == nil || len(rec.GetMembers()) != 2 || rec.GetRebalancePending() != tc.rebalance {
+				t.Fatalf("classic record %v", rec)
+			}
+			if r := RestoreConsumerGroup("g", &h.ccfg, h.topics, ConsumerRecordsFromProto(h.written)); r.epoch != 0 || len(r.members) != 0 {
+				t.Fatalf("the consumer records were not all removed: epoch %d, %d members", r.epoch, len(r.members))
+			}
+			if len(h.written) == written {
+				t.Fatal("nothing written")
+			}
+			if tc.rebalance {
+				if h.g.State() != PreparingRebalance {
+					t.Fatalf("state %v, want PreparingRebalance", h.g.State())
+				}
+			} else {
+				if h.g.State() != Stable {
+					t.Fatalf("state %v, want Stable", h.g.State())
+				}
+				h.step(s) // SyncGroup: the replaced member's partitions
+				if !s.held.equal(newTPSet(kHeld)) || s.gen != epoch {
+					t.Fatalf("the new member holds %v at %d, the replaced one held %v at %d", s.held.list(), s.gen, kHeld, epoch)
+				}
+				if _, r := h.classic(&pb.HeartbeatRequest{GroupId: "g", MemberId: c.memberID, GenerationId: c.gen}); r.(*pb.HeartbeatResponse).GetErrorCode() != ErrNone {
+					t.Fatalf("the other classic member's heartbeat: %v", r)
+				}
+			}
+			h.settle()
+			h.covered()
+			if c.lost+s.lost != 0 || h.toClassic != 1 || h.g.Consumer() != nil {
+				t.Fatalf("lost %d/%d, conversions to classic %d", c.lost, s.lost, h.toClassic)
+			}
+			if !tc.rebalance && h.g.Generation() != epoch {
+				t.Fatalf("generation %d after settling, want %d (no rebalance)", h.g.Generation(), epoch)
 			}
 		})
 	}

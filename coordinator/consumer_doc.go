@@ -73,7 +73,12 @@
 //     rejoined since an earlier removal) keeps its own epoch as its
 //     generation until the rebalance forms the next one, so no classic
 //     member is told ILLEGAL_GENERATION (Kafka takes the group epoch, and
-//     such a member loses its partitions).
+//     such a member loses its partitions). A classic static member whose
+//     JoinGroup takes the seat of the last consumer-protocol member
+//     downgrades the group in the same write (Kafka's
+//     validateOnlineDowngradeWithReplacedMember): Stable, without a
+//     rebalance, when every member holds its target at the group epoch;
+//     rebalancing otherwise (a changed subscription, as Kafka trunk).
 //   - Group.ConsumerHeartbeat, Group.ServeClassic and Group.ConsumerTimer are
 //     the owner's entry points. consumer_migrate_test.go runs rolling upgrades and
 //     downgrades of eager and cooperative clients and checks that no
@@ -129,9 +134,7 @@
 // group is state Dead with GROUP_ID_NOT_FOUND from v6 on, no error below
 // (the listener passes the request's version).
 //
-// Left to do: a downgrade when a classic static member replaces the last
-// consumer-protocol member (Kafka does it; here the seat passes to the
-// classic member and the group stays a consumer group); Kafka 4.3's
+// Left to do: Kafka 4.3's
 // per-partition commit check (KIP-1251: a commit at an older epoch for
 // partitions the member still holds) in place of 4.0's epoch equality;
 // rack-aware assignment; asynchronous, batched regex resolution.

@@ -121,9 +121,11 @@ func (g *Group) ConsumerTimer(kind ConsumerTimerKind, member string, now time.Ti
 // group's (offsets, deletion) or when the group is classic (none attached,
 // or an empty one a JoinGroup just turned classic: its records' removal is
 // in cfx), and the owner goes on with the classic Group. Otherwise resp is
-// the answer, sent once cfx.Records are written. newID is as for Join.
-// With the migration policy disabled the answers are refuseClassic's.
-func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx *ConsumerEffects) (resp proto.Message, served bool) {
+// the answer, sent once cfx.Records are written; fx holds the classic
+// group's effects when a JoinGroup downgraded the group (a classic static
+// member replaced the last consumer-protocol member). newID is as for
+// Join. With the migration policy disabled the answers are refuseClassic's.
+func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx *ConsumerEffects, fx *Effects) (resp proto.Message, served bool) {
 	cg := g.consumer
 	if cg == nil {
 		return nil, false
@@ -146,7 +148,13 @@ func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx
 		if _, _, code := joinTimeouts(g.cfg, r); code != ErrNone {
 			return joinError(r.GetMemberId(), code), true
 		}
-		return cg.ClassicJoin(r, newID, now, cfx), true
+		before := cg.numConsumerProtocol()
+		resp := cg.ClassicJoin(r, newID, now, cfx)
+		if resp.GetErrorCode() == ErrNone && before > 0 && cg.numConsumerProtocol() == 0 {
+			// Only a static member's replacement removes a member here.
+			g.maybeDowngradeReplaced(now, cfx, fx)
+		}
+		return resp, true
 	case *pb.SyncGroupRequest:
 		if r.GetGroupId() == "" {
 			return syncError(ErrInvalidGroupID), true
@@ -341,20 +349,43 @@ func (g *Group) maybeDowngrade(before int, now time.Time, cfx *ConsumerEffects, 
 		!cg.cfg.MigrationPolicy.DowngradeEnabled() || len(cg.members) > g.cfg.maxSize() {
 		return
 	}
-	g.Downgrade(now, cfx, fx)
+	g.Downgrade(now, true, cfx, fx)
+}
+
+// maybeDowngradeReplaced converts the attached consumer group into a
+// classic group when a classic static member's JoinGroup just took the
+// seat of its last consumer-protocol member (Kafka's
+// validateOnlineDowngradeWithReplacedMember and convertToClassicGroup with
+// a joining member). Kafka rebalances when the joining member's
+// subscription differs from the replaced member's; here the group
+// rebalances unless every member holds its target at the group epoch (a
+// changed subscription moves the target, so it rebalances too), so that
+// no classic member is handed a partition outside a classic rebalance.
+func (g *Group) maybeDowngradeReplaced(now time.Time, cfx *ConsumerEffects, fx *Effects) {
+	cg := g.consumer
+	if !cg.cfg.MigrationPolicy.DowngradeEnabled() || len(cg.members) > g.cfg.maxSize() {
+		return
+	}
+	settled := cg.assignmentEpoch == cg.epoch
+	for _, m := range cg.members {
+		if m.state != MemberStable || m.epoch != cg.epoch || !m.assigned.equal(m.target) {
+			settled = false
+		}
+	}
+	g.Downgrade(now, !settled, cfx, fx)
 }
 
 // Downgrade converts the attached consumer group, whose members all use
 // the classic protocol, into this classic group (Kafka's
 // convertToClassicGroup and ClassicGroup.fromConsumerGroup): cfx gets the
 // removal of every consumer record and the classic record, fx the classic
-// timers of a rebalance, so that each member rejoins on
-// REBALANCE_IN_PROGRESS.
+// timers of a rebalance (when rebalance is set), so that each member
+// rejoins on REBALANCE_IN_PROGRESS. Without one the group is Stable, each
+// member's assignment its target.
 //
 // The generation is the highest member epoch among the members, and a
 // member behind it keeps its own epoch as its generation until the
-// rebalance forms the next one (above every epoch the consumer group
-// used). Kafka takes the group epoch before the removal as the
+// rebalance forms the next one. Kafka takes the group epoch before the removal as the
 // generation, so a classic member that had not rejoined since an earlier
 // removal (two consumer-protocol members leaving a few milliseconds
 // apart) is told ILLEGAL_GENERATION and loses its partitions; here it is
@@ -362,7 +393,7 @@ func (g *Group) maybeDowngrade(before int, now time.Time, cfx *ConsumerEffects, 
 // others'. The members' own epochs live in memory only: after a takeover
 // during that rebalance a member behind the generation is told
 // ILLEGAL_GENERATION, as in Kafka.
-func (g *Group) Downgrade(now time.Time, cfx *ConsumerEffects, fx *Effects) {
+func (g *Group) Downgrade(now time.Time, rebalance bool, cfx *ConsumerEffects, fx *Effects) {
 	cg := g.consumer
 	cg.writeGroupTombstones(cfx)
 	g.consumer = nil
@@ -372,7 +403,7 @@ func (g *Group) Downgrade(now time.Time, cfx *ConsumerEffects, fx *Effects) {
 		gen = max(gen, cm.epoch)
 	}
 	g.generation = gen
-	g.floor = max(g.floor, g.generation, cg.epoch)
+	g.floor = max(g.floor, g.generation)
 	g.converted = nil
 	for _, cm := range cg.members {
 		if cm.epoch != gen {
@@ -404,12 +435,14 @@ func (g *Group) Downgrade(now time.Time, cfx *ConsumerEffects, fx *Effects) {
 	g.computeSubscribed()
 	g.state, g.stateTime = Stable, now
 	rec := g.groupRecord(now, nil)
-	rec.GetGroup().RebalancePending = true
+	rec.GetGroup().RebalancePending = rebalance
 	cfx.record(ClassicRecord{rec})
 	for _, m := range g.order {
 		g.armSession(now, m, m.sessionTimeout(), fx)
 	}
-	g.prepareRebalance(now, fx)
+	if rebalance {
+		g.prepareRebalance(now, fx)
+	}
 }
 
 // isGeneration reports whether gen is the generation for member id: the
