@@ -50,7 +50,7 @@ type migClient struct {
 	pendingKind  int
 	leaderPlan   []*pb.SyncGroupAssignment
 	gone         bool
-	lost         int // times it lost its partitions (lose)
+	lost         int    // times it lost its partitions (lose)
 	instance     string // static membership when set
 }
 
