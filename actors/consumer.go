@@ -119,8 +119,9 @@ func (a *groupActor) onClassicToConsumer(ctx actor.Context, req proto.Message, t
 	if j, ok := req.(*pb.JoinGroupRequest); ok && j.GetMemberId() == "" {
 		newID = uuid.NewString()
 	}
-	resp, served := a.g.ServeClassic(req, newID, a.now, &cs.fx)
+	resp, served := a.g.ServeClassic(req, newID, a.now, &cs.fx, &a.fx)
 	a.executeConsumer(ctx)
+	a.executeClassic(ctx)
 	if served {
 		a.answerConsumer(ctx, to, req, resp)
 	}

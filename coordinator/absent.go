@@ -46,12 +46,21 @@ func Absent(cfg *Config, req proto.Message) (resp proto.Message, create bool) {
 		if r.GetGenerationId() < 0 {
 			return nil, true
 		}
+		// Kafka's OffsetMetadataManager.validateOffsetCommit: from version 9
+		// on, GROUP_ID_NOT_FOUND; before it ILLEGAL_GENERATION, kept for
+		// older clients.
+		if r.ApiVersion != nil && r.GetApiVersion() >= 9 {
+			return commitErrors(r, ErrGroupIDNotFound), false
+		}
 		return commitErrors(r, ErrIllegalGeneration), false
 	case *pb.OffsetFetchRequest:
 		return AbsentFetch(r), false
 	case *pb.OffsetDeleteRequest:
 		return &pb.OffsetDeleteResponse{ErrorCode: ErrGroupIDNotFound}, false
 	case *pb.DescribeGroupRequest:
+		if r.ApiVersion != nil && r.GetApiVersion() >= 6 {
+			return describeNotFound(r.GetGroupId(), "Group "+r.GetGroupId()+" not found."), false
+		}
 		return &pb.DescribeGroupResponse{GroupId: r.GetGroupId(), State: Dead.String()}, false
 	case *pb.DeleteGroupRequest:
 		return &pb.DeleteGroupResponse{GroupId: r.GetGroupId(), ErrorCode: ErrGroupIDNotFound}, false
@@ -74,4 +83,11 @@ func AbsentFetch(req *pb.OffsetFetchRequest) *pb.OffsetFetchResponse {
 		resp.Topics = append(resp.Topics, ft)
 	}
 	return resp
+}
+
+// describeNotFound is the DescribeGroups answer for a group id that has no
+// classic group (Kafka's GroupMetadataManager.describeGroups, KIP-1043):
+// GROUP_ID_NOT_FOUND with state Dead from version 6 on.
+func describeNotFound(id, msg string) *pb.DescribeGroupResponse {
+	return &pb.DescribeGroupResponse{GroupId: id, ErrorCode: ErrGroupIDNotFound, ErrorMessage: msg, State: Dead.String()}
 }

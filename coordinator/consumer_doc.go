@@ -68,7 +68,17 @@
 //     same write retires the classic members (an empty GroupRecord).
 //   - Downgrade: when the last consumer-protocol member is removed and
 //     classic members remain, tombstones remove every consumer record and
-//     the classic group is written, then rebalances.
+//     the classic group is written, then rebalances. Its generation is the
+//     highest member epoch of its members; a member behind it (it had not
+//     rejoined since an earlier removal) keeps its own epoch as its
+//     generation until the rebalance forms the next one, so no classic
+//     member is told ILLEGAL_GENERATION (Kafka takes the group epoch, and
+//     such a member loses its partitions). A classic static member whose
+//     JoinGroup takes the seat of the last consumer-protocol member
+//     downgrades the group in the same write (Kafka's
+//     validateOnlineDowngradeWithReplacedMember): Stable, without a
+//     rebalance, when every member holds its target at the group epoch;
+//     rebalancing otherwise (a changed subscription, as Kafka trunk).
 //   - Group.ConsumerHeartbeat, Group.ServeClassic and Group.ConsumerTimer are
 //     the owner's entry points. consumer_migrate_test.go runs rolling upgrades and
 //     downgrades of eager and cooperative clients and checks that no
@@ -117,11 +127,14 @@
 // listener (kafka/consumer.go) maps ConsumerGroupHeartbeat and
 // ConsumerGroupDescribe (API keys 68 and 69) to the native messages, topic
 // ids to names through the catalog. Commits and fetches (OffsetCommit and
-// OffsetFetch v9+) are checked against member epochs (consumer_host.go).
+// OffsetFetch v9+) are checked against member epochs (consumer_host.go); a
+// consumer-protocol member's OffsetCommit below v9 is UNSUPPORTED_VERSION,
+// a commit with an epoch to a group that does not exist GROUP_ID_NOT_FOUND
+// from v9 on (ILLEGAL_GENERATION below), and DescribeGroups of a consumer
+// group is state Dead with GROUP_ID_NOT_FOUND from v6 on, no error below
+// (the listener passes the request's version).
 //
-// Left to do: a downgrade when a classic static member replaces the last
-// consumer-protocol member (Kafka does it; here the seat passes to the
-// classic member and the group stays a consumer group); Kafka 4.3's
+// Left to do: Kafka 4.3's
 // per-partition commit check (KIP-1251: a commit at an older epoch for
 // partitions the member still holds) in place of 4.0's epoch equality;
 // rack-aware assignment; asynchronous, batched regex resolution.

@@ -23,7 +23,7 @@ func (g *Group) Consumer() *ConsumerGroup { return g.consumer }
 // does not serve when its migration policy is disabled; nil when the group
 // is classic or the request is served (offsets, deletion). A JoinGroup gets
 // INCONSISTENT_GROUP_PROTOCOL, the other membership requests
-// UNKNOWN_MEMBER_ID, and DescribeGroups GROUP_ID_NOT_FOUND
+// UNKNOWN_MEMBER_ID, and DescribeGroups describeNotClassic's answer
 // (ConsumerGroupDescribe describes it), as Kafka answers them.
 func (g *Group) refuseClassic(req proto.Message) proto.Message {
 	if g.consumer == nil {
@@ -43,9 +43,20 @@ func (g *Group) refuseClassic(req proto.Message) proto.Message {
 		}
 		return resp
 	case *pb.DescribeGroupRequest:
-		return &pb.DescribeGroupResponse{GroupId: g.id, ErrorCode: ErrGroupIDNotFound, State: Dead.String()}
+		return g.describeNotClassic(r)
 	}
 	return nil
+}
+
+// describeNotClassic is the DescribeGroups answer for a group id that holds
+// a consumer group (Kafka's GroupMetadataManager.describeGroups, KIP-1043):
+// state Dead, GROUP_ID_NOT_FOUND from version 6 on and no error below it.
+// A request without a version (the node's own) is answered as version 6.
+func (g *Group) describeNotClassic(r *pb.DescribeGroupRequest) *pb.DescribeGroupResponse {
+	if r.ApiVersion != nil && r.GetApiVersion() < 6 {
+		return &pb.DescribeGroupResponse{GroupId: g.id, State: Dead.String()}
+	}
+	return describeNotFound(g.id, "Group "+g.id+" is not a classic group.")
 }
 
 // consumerHeld reports whether a consumer group with members lives in g:
@@ -53,10 +64,13 @@ func (g *Group) refuseClassic(req proto.Message) proto.Message {
 func (g *Group) consumerHeld() bool { return g.consumer != nil && len(g.consumer.members) > 0 }
 
 // validateConsumerCommit checks an OffsetCommit to a consumer group
-// (Kafka 4.0's rules): a commit without a member (negative epoch, no member
-// id) is accepted only while the group has no members; otherwise the member
-// must exist (UNKNOWN_MEMBER_ID) and the epoch must be its current one
-// (STALE_MEMBER_EPOCH).
+// (Kafka 4.0's ConsumerGroup.validateOffsetCommit): a commit without a
+// member (negative epoch, no member id) is accepted only while the group
+// has no members; otherwise the member must exist (UNKNOWN_MEMBER_ID), a
+// consumer-protocol member must commit with version 9 or later
+// (UNSUPPORTED_VERSION; a commit without a version is the member library's
+// native one, which carries the epoch) and the epoch must be its current
+// one (STALE_MEMBER_EPOCH, ILLEGAL_GENERATION for a classic member).
 func (g *Group) validateConsumerCommit(req *pb.OffsetCommitRequest) int32 {
 	c := g.consumer
 	epoch, id := req.GetGenerationId(), req.GetMemberId()
@@ -66,6 +80,9 @@ func (g *Group) validateConsumerCommit(req *pb.OffsetCommitRequest) int32 {
 	m := c.members[id]
 	if m == nil {
 		return ErrUnknownMemberID
+	}
+	if m.classic == nil && req.ApiVersion != nil && req.GetApiVersion() < 9 {
+		return ErrUnsupportedVersion
 	}
 	if epoch != m.epoch {
 		if m.classic != nil {

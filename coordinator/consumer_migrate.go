@@ -62,9 +62,9 @@ func (g *Group) ConsumerHeartbeat(cfg *ConsumerConfig, topics map[string]int32, 
 			// no member count to take on every heartbeat).
 			return cg.Heartbeat(req, now, cfx)
 		}
-		before, epoch := cg.numConsumerProtocol(), cg.epoch
+		before := cg.numConsumerProtocol()
 		resp := cg.Heartbeat(req, now, cfx)
-		g.maybeDowngrade(before, epoch, now, cfx, fx)
+		g.maybeDowngrade(before, now, cfx, fx)
 		return resp
 	}
 	if g.state == Dead {
@@ -110,9 +110,9 @@ func (g *Group) ConsumerTimer(kind ConsumerTimerKind, member string, now time.Ti
 	if cg == nil {
 		return false
 	}
-	before, epoch := cg.numConsumerProtocol(), cg.epoch
+	before := cg.numConsumerProtocol()
 	removed := cg.OnTimer(kind, member, now, cfx)
-	g.maybeDowngrade(before, epoch, now, cfx, fx)
+	g.maybeDowngrade(before, now, cfx, fx)
 	return removed
 }
 
@@ -121,9 +121,11 @@ func (g *Group) ConsumerTimer(kind ConsumerTimerKind, member string, now time.Ti
 // group's (offsets, deletion) or when the group is classic (none attached,
 // or an empty one a JoinGroup just turned classic: its records' removal is
 // in cfx), and the owner goes on with the classic Group. Otherwise resp is
-// the answer, sent once cfx.Records are written. newID is as for Join.
-// With the migration policy disabled the answers are refuseClassic's.
-func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx *ConsumerEffects) (resp proto.Message, served bool) {
+// the answer, sent once cfx.Records are written; fx holds the classic
+// group's effects when a JoinGroup downgraded the group (a classic static
+// member replaced the last consumer-protocol member). newID is as for
+// Join. With the migration policy disabled the answers are refuseClassic's.
+func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx *ConsumerEffects, fx *Effects) (resp proto.Message, served bool) {
 	cg := g.consumer
 	if cg == nil {
 		return nil, false
@@ -146,7 +148,13 @@ func (g *Group) ServeClassic(req proto.Message, newID string, now time.Time, cfx
 		if _, _, code := joinTimeouts(g.cfg, r); code != ErrNone {
 			return joinError(r.GetMemberId(), code), true
 		}
-		return cg.ClassicJoin(r, newID, now, cfx), true
+		before := cg.numConsumerProtocol()
+		resp := cg.ClassicJoin(r, newID, now, cfx)
+		if resp.GetErrorCode() == ErrNone && before > 0 && cg.numConsumerProtocol() == 0 {
+			// Only a static member's replacement removes a member here.
+			g.maybeDowngradeReplaced(now, cfx, fx)
+		}
+		return resp, true
 	case *pb.SyncGroupRequest:
 		if r.GetGroupId() == "" {
 			return syncError(ErrInvalidGroupID), true
@@ -334,34 +342,77 @@ func (g *Group) RetireClassic(now time.Time, fx *Effects) {
 
 // maybeDowngrade converts the attached consumer group into a classic group
 // when the call just made removed its last consumer-protocol member
-// (before is how many it had, epoch the group epoch before it) and only
-// classic members remain.
-func (g *Group) maybeDowngrade(before int, epoch int32, now time.Time, cfx *ConsumerEffects, fx *Effects) {
+// (before is how many it had) and only classic members remain.
+func (g *Group) maybeDowngrade(before int, now time.Time, cfx *ConsumerEffects, fx *Effects) {
 	cg := g.consumer
 	if before == 0 || cg.numConsumerProtocol() > 0 || len(cg.members) == 0 ||
 		!cg.cfg.MigrationPolicy.DowngradeEnabled() || len(cg.members) > g.cfg.maxSize() {
 		return
 	}
-	g.Downgrade(epoch, now, cfx, fx)
+	g.Downgrade(now, true, cfx, fx)
+}
+
+// maybeDowngradeReplaced converts the attached consumer group into a
+// classic group when a classic static member's JoinGroup just took the
+// seat of its last consumer-protocol member (Kafka's
+// validateOnlineDowngradeWithReplacedMember and convertToClassicGroup with
+// a joining member). Kafka rebalances when the joining member's
+// subscription differs from the replaced member's; here the group
+// rebalances unless every member holds its target at the group epoch (a
+// changed subscription moves the target, so it rebalances too), so that
+// no classic member is handed a partition outside a classic rebalance.
+func (g *Group) maybeDowngradeReplaced(now time.Time, cfx *ConsumerEffects, fx *Effects) {
+	cg := g.consumer
+	if !cg.cfg.MigrationPolicy.DowngradeEnabled() || len(cg.members) > g.cfg.maxSize() {
+		return
+	}
+	settled := cg.assignmentEpoch == cg.epoch
+	for _, m := range cg.members {
+		if m.state != MemberStable || m.epoch != cg.epoch || !m.assigned.equal(m.target) {
+			settled = false
+		}
+	}
+	g.Downgrade(now, !settled, cfx, fx)
 }
 
 // Downgrade converts the attached consumer group, whose members all use
 // the classic protocol, into this classic group (Kafka's
 // convertToClassicGroup and ClassicGroup.fromConsumerGroup): cfx gets the
 // removal of every consumer record and the classic record, fx the classic
-// timers of a rebalance. generation is the group epoch before the call
-// that removed the last consumer-protocol member: the classic members know
-// it as their generation, so their next Heartbeat is told
-// REBALANCE_IN_PROGRESS (not ILLEGAL_GENERATION, which ends a client's
-// session), and the rebalance forms the next generation (Kafka builds the
-// classic group from the consumer group before the member's removal).
-func (g *Group) Downgrade(generation int32, now time.Time, cfx *ConsumerEffects, fx *Effects) {
+// timers of a rebalance (when rebalance is set), so that each member
+// rejoins on REBALANCE_IN_PROGRESS. Without one the group is Stable, each
+// member's assignment its target.
+//
+// The generation is the highest member epoch among the members, and a
+// member behind it keeps its own epoch as its generation until the
+// rebalance forms the next one. Kafka takes the group epoch before the removal as the
+// generation, so a classic member that had not rejoined since an earlier
+// removal (two consumer-protocol members leaving a few milliseconds
+// apart) is told ILLEGAL_GENERATION and loses its partitions; here it is
+// told REBALANCE_IN_PROGRESS and its commits are accepted, as the
+// others'. The members' own epochs live in memory only: after a takeover
+// during that rebalance a member behind the generation is told
+// ILLEGAL_GENERATION, as in Kafka.
+func (g *Group) Downgrade(now time.Time, rebalance bool, cfx *ConsumerEffects, fx *Effects) {
 	cg := g.consumer
 	cg.writeGroupTombstones(cfx)
 	g.consumer = nil
 	g.protocolType = consumerProtocolType
-	g.generation = generation
+	gen := int32(0)
+	for _, cm := range cg.members {
+		gen = max(gen, cm.epoch)
+	}
+	g.generation = gen
 	g.floor = max(g.floor, g.generation)
+	g.converted = nil
+	for _, cm := range cg.members {
+		if cm.epoch != gen {
+			if g.converted == nil {
+				g.converted = make(map[string]int32)
+			}
+			g.converted[cm.id] = cm.epoch
+		}
+	}
 	for _, id := range cg.memberIDs() {
 		cm := cg.members[id]
 		m := &member{
@@ -384,10 +435,26 @@ func (g *Group) Downgrade(generation int32, now time.Time, cfx *ConsumerEffects,
 	g.computeSubscribed()
 	g.state, g.stateTime = Stable, now
 	rec := g.groupRecord(now, nil)
-	rec.GetGroup().RebalancePending = true
+	rec.GetGroup().RebalancePending = rebalance
 	cfx.record(ClassicRecord{rec})
 	for _, m := range g.order {
 		g.armSession(now, m, m.sessionTimeout(), fx)
 	}
-	g.prepareRebalance(now, fx)
+	if rebalance {
+		g.prepareRebalance(now, fx)
+	}
+}
+
+// isGeneration reports whether gen is the generation for member id: the
+// group's, or after a downgrade, until the next generation forms, the
+// member epoch the member held in the consumer group.
+func (g *Group) isGeneration(id string, gen int32) bool {
+	return gen == g.generation || g.convertedAt(id, gen)
+}
+
+// convertedAt reports whether member id was behind the generation at a
+// downgrade, at member epoch gen, and no generation formed since.
+func (g *Group) convertedAt(id string, gen int32) bool {
+	e, ok := g.converted[id]
+	return ok && e == gen
 }

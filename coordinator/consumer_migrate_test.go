@@ -50,6 +50,15 @@ type migClient struct {
 	pendingKind  int
 	leaderPlan   []*pb.SyncGroupAssignment
 	gone         bool
+	lost         int    // times it lost its partitions (lose)
+	instance     string // static membership when set
+}
+
+func (c *migClient) instanceID() *string {
+	if c.instance == "" {
+		return nil
+	}
+	return &c.instance
 }
 
 const (
@@ -205,8 +214,8 @@ func (h *migHarness) classic(req proto.Message) (int, proto.Message) {
 	var fx Effects
 	var cfx ConsumerEffects
 	newID := fmt.Sprintf("n%d", hd)
-	if resp, served := h.g.ServeClassic(req, newID, h.now, &cfx); served {
-		h.exec(nil, &cfx)
+	if resp, served := h.g.ServeClassic(req, newID, h.now, &cfx, &fx); served {
+		h.exec(&fx, &cfx)
 		return hd, resp
 	}
 	h.exec(nil, &cfx)
@@ -269,7 +278,7 @@ func (h *migHarness) step(c *migClient) bool {
 			c.held = tpSet{} // eager: revoke everything before joining
 			h.check()
 		}
-		hd, resp := h.classic(&pb.JoinGroupRequest{ApiVersion: 9, GroupId: "g", MemberId: c.memberID, ClientId: c.id,
+		hd, resp := h.classic(&pb.JoinGroupRequest{ApiVersion: 9, GroupId: "g", MemberId: c.memberID, GroupInstanceId: c.instanceID(), ClientId: c.id,
 			SessionTimeoutMs: 10000, RebalanceTimeoutMs: 20000, ProtocolType: "consumer", Protocols: c.protocols()})
 		c.pendingKind = migJoin
 		if resp == nil {
@@ -278,7 +287,7 @@ func (h *migHarness) step(c *migClient) bool {
 		}
 		h.onClassic(c, resp)
 	case migSync:
-		hd, resp := h.classic(&pb.SyncGroupRequest{GroupId: "g", MemberId: c.memberID, GenerationId: c.gen, Assignments: c.leaderPlan})
+		hd, resp := h.classic(&pb.SyncGroupRequest{GroupId: "g", MemberId: c.memberID, GroupInstanceId: c.instanceID(), GenerationId: c.gen, Assignments: c.leaderPlan})
 		c.pendingKind = migSync
 		if resp == nil {
 			c.pending = hd
@@ -286,7 +295,7 @@ func (h *migHarness) step(c *migClient) bool {
 		}
 		h.onClassic(c, resp)
 	case migStable:
-		_, resp := h.classic(&pb.HeartbeatRequest{GroupId: "g", MemberId: c.memberID, GenerationId: c.gen})
+		_, resp := h.classic(&pb.HeartbeatRequest{GroupId: "g", MemberId: c.memberID, GroupInstanceId: c.instanceID(), GenerationId: c.gen})
 		c.pendingKind = migStable
 		h.onClassic(c, resp)
 		return c.state == migStable
@@ -344,6 +353,7 @@ func (h *migHarness) onClassic(c *migClient, msg proto.Message) {
 // lose is the client losing its partitions (ILLEGAL_GENERATION,
 // UNKNOWN_MEMBER_ID) and rejoining.
 func (c *migClient) lose(h *migHarness) {
+	c.lost++
 	c.held, c.state, c.gen = tpSet{}, migJoin, -1
 }
 
@@ -379,6 +389,7 @@ func (h *migHarness) stepConsumer(c *migClient) bool {
 	var req *ConsumerHeartbeatRequest
 	if c.state == migJoin {
 		req = cgJoin(c.memberID, c.topics...)
+		req.InstanceID = c.instanceID()
 	} else {
 		req = cgBeat(c.memberID, c.gen, c.held.list())
 	}

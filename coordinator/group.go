@@ -248,6 +248,11 @@ type Group struct {
 	// consumer, when set, is the consumer group (KIP-848) this group id is:
 	// it serves the members, this Group keeps the offsets (consumer_host.go).
 	consumer *ConsumerGroup
+	// converted holds, after a downgrade and until the next generation
+	// forms, the member epoch of each member that was behind the
+	// generation: its Heartbeat and OffsetCommit count it as the
+	// generation (consumer_migrate.go). nil when none.
+	converted map[string]int32
 
 	members    memberIndex
 	order      []*member // join order; drives leader election and listings
@@ -519,6 +524,7 @@ func (g *Group) addMember(m *member) {
 // REBALANCE_IN_PROGRESS (the answer the member would get from the rebalance
 // its removal starts). A parked JoinGroup must be answered by the caller.
 func (g *Group) removeMember(m *member, fx *Effects) {
+	delete(g.converted, m.id)
 	if fx != nil {
 		g.cancelSession(m, fx)
 		if m.syncReply != nil {

@@ -344,6 +344,7 @@ func (g *Group) completeJoin(now time.Time, fx *Effects) {
 	}
 	g.generation = max(g.generation, g.floor) + 1
 	g.floor = g.generation
+	g.converted = nil
 	// Every member is pending until it syncs: sized once, not grown.
 	g.pendSync = make(map[string]struct{}, g.members.len())
 	if g.members.len() == 0 {

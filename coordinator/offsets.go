@@ -145,6 +145,11 @@ func (g *Group) Commit(now time.Time, req *pb.OffsetCommitRequest, to ReplyTo, f
 	// machine whose records this node writes: the fence is the classic
 	// generation's.
 	if gen := req.GetGenerationId(); gen >= 0 && g.consumer == nil {
+		if g.convertedAt(req.GetMemberId(), gen) {
+			// A member behind the generation after a downgrade commits at
+			// its own: the store's fence is the group's.
+			gen = g.generation
+		}
 		op.fence.Generation, op.fence.MemberId = gen, req.GetMemberId()
 		fx.Persists[len(fx.Persists)-1].Fence = &op.fence
 	}
@@ -163,10 +168,11 @@ func (g *Group) validateCommit(req *pb.OffsetCommitRequest) int32 {
 	case gen < 0 && g.state == Empty:
 		return ErrNone // an admin or storage-only commit: no member check
 	case gen >= 0 || req.GetMemberId() != "" || req.GroupInstanceId != nil:
-		if _, code := g.validateMember(req.GetMemberId(), req.GroupInstanceId); code != ErrNone {
+		m, code := g.validateMember(req.GetMemberId(), req.GroupInstanceId)
+		if code != ErrNone {
 			return code
 		}
-		if gen != g.generation && !seededbug.On("no-generation-check") {
+		if !g.isGeneration(m.id, gen) && !seededbug.On("no-generation-check") {
 			return ErrIllegalGeneration
 		}
 	default:

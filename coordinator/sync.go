@@ -27,7 +27,7 @@ func (g *Group) Sync(now time.Time, req *pb.SyncGroupRequest, to ReplyTo, fx *Ef
 		fx.reply(to, syncError(code))
 		return
 	}
-	if req.GetGenerationId() != g.generation {
+	if !g.isGeneration(m.id, req.GetGenerationId()) {
 		fx.reply(to, syncError(ErrIllegalGeneration))
 		return
 	}
@@ -174,7 +174,7 @@ func (g *Group) Heartbeat(now time.Time, req *pb.HeartbeatRequest, fx *Effects) 
 	if code != ErrNone {
 		return code
 	}
-	if req.GetGenerationId() != g.generation {
+	if !g.isGeneration(m.id, req.GetGenerationId()) {
 		return ErrIllegalGeneration
 	}
 	switch g.state {

@@ -39,7 +39,7 @@ func (l *Listener) apiTable() (map[int16]apiSpec, []apiVersion) {
 		kmsg.Heartbeat.Int16():        {0, 4, handle(l.heartbeat)},
 		kmsg.LeaveGroup.Int16():       {0, 5, handle(l.leaveGroup)},
 		kmsg.SyncGroup.Int16():        {0, 5, nil}, // sent, as OffsetCommit
-		kmsg.DescribeGroups.Int16():   {0, 5, handle(l.describeGroups)},
+		kmsg.DescribeGroups.Int16():   {0, 6, handle(l.describeGroups)},
 		kmsg.ListGroups.Int16():       {0, 5, handle(l.listGroups)},
 		kmsg.ApiVersions.Int16():      {0, 3, nil}, // answered in dispatch for every version
 		kmsg.CreateTopics.Int16():     {0, 7, handle(l.createTopics)},

@@ -24,13 +24,18 @@ func (l *Listener) describeGroups(ctx context.Context, r *request, req *kmsg.Des
 		if r.version >= 3 && req.IncludeAuthorizedOperations {
 			g.AuthorizedOperations = r.groupOperations(g.Group)
 		}
-		out, err := call[*grouppb.DescribeGroupResponse](ctx, l, callTimeout, &grouppb.DescribeGroupRequest{GroupId: req.Groups[i]})
+		version := int32(r.version)
+		out, err := call[*grouppb.DescribeGroupResponse](ctx, l, callTimeout, &grouppb.DescribeGroupRequest{GroupId: req.Groups[i], ApiVersion: &version})
 		if err != nil {
 			g.ErrorCode = callErrorCode(err)
 			resp.Groups[i] = g
 			return
 		}
 		g.ErrorCode = int16(out.ErrorCode)
+		if r.version >= 6 && out.ErrorMessage != "" {
+			msg := out.ErrorMessage
+			g.ErrorMessage = &msg
+		}
 		g.State, g.ProtocolType, g.Protocol = out.State, out.ProtocolType, out.ProtocolData
 		for _, m := range out.Members {
 			km := kmsg.NewDescribeGroupsResponseGroupMember()

@@ -27,6 +27,10 @@ func (l *Listener) prepareCommit(r *request, req *kmsg.OffsetCommitRequest, one 
 	b.kreq = req
 	n := b.req
 	n.GroupId, n.GenerationId, n.MemberId, n.RetentionTimeMs = req.Group, req.Generation, req.MemberID, -1
+	// The coordinator answers by version (Kafka's rules for a group that
+	// does not exist and for consumer-protocol members).
+	b.version = int32(r.version)
+	n.ApiVersion = &b.version
 	if r.version < 1 {
 		n.GenerationId = -1
 		n.MemberId = ""
@@ -154,6 +158,7 @@ type commitBlocks struct {
 	kreq       *kmsg.OffsetCommitRequest
 	refused    map[tp]int16 // partitions that do not reach the coordinator
 	at         struct{ topic, partition int }
+	version    int32 // the request's version, which req points to
 	req        *grouppb.OffsetCommitRequest
 	topics     []grouppb.OffsetCommitTopic
 	parts      []grouppb.OffsetCommitPartition

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/cohort-coord/cohort/assignor"
@@ -28,6 +29,12 @@ func DefaultBalancers() []assignor.Balancer {
 type Config struct {
 	Group  string
 	Topics []string
+	// TopicRegex subscribes, with the consumer protocol only, to every
+	// topic whose whole name the regular expression matches (Kafka's
+	// SubscriptionPattern: RE2 syntax, resolved by the coordinator, which
+	// assigns topics created later too). With Topics, the subscription is
+	// the union.
+	TopicRegex string
 	// Balancers in preference order.
 	Balancers []assignor.Balancer
 	// InstanceID makes the member static (KIP-345).
@@ -58,8 +65,13 @@ func (c *Config) Validate() error {
 	if c.Group == "" {
 		return fmt.Errorf("%w: group id is empty", ErrConfig)
 	}
-	if len(c.Topics) == 0 {
+	if len(c.Topics) == 0 && c.TopicRegex == "" {
 		return fmt.Errorf("%w: no topics to subscribe to", ErrConfig)
+	}
+	if c.TopicRegex != "" {
+		if _, err := regexp.Compile(c.TopicRegex); err != nil {
+			return fmt.Errorf("%w: topic regex: %v", ErrConfig, err)
+		}
 	}
 	for _, t := range c.Topics {
 		if t == "" {

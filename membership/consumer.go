@@ -277,6 +277,11 @@ func (m *Consumer) fence(fx *Effects) {
 // fallback hands the member to the classic protocol: the coordinator does
 // not serve ConsumerGroupHeartbeat.
 func (m *Consumer) fallback(fx *Effects) {
+	if m.cfg.TopicRegex != "" {
+		// The classic protocol has no subscription by regex.
+		m.stop(fx, fmt.Errorf("%w: subscription by regex: the coordinator does not serve the consumer group protocol", ErrUnsupported))
+		return
+	}
 	fx.cancel(TimerHeartbeat)
 	fx.cancel(TimerSession)
 	fx.cancel(TimerRetry)

@@ -65,7 +65,13 @@ func (m *Consumer) sendHeartbeat(fx *Effects) {
 			req.ServerAssignor = &m.cfg.ServerAssignor
 		}
 		req.RebalanceTimeoutMs = int32(m.cfg.RebalanceTimeout / time.Millisecond)
-		req.SubscribedTopicNamesSet, req.SubscribedTopicNames = true, m.topics
+		if len(m.topics) > 0 || m.cfg.TopicRegex == "" {
+			req.SubscribedTopicNamesSet, req.SubscribedTopicNames = true, m.topics
+		}
+		if m.cfg.TopicRegex != "" {
+			re := m.cfg.TopicRegex
+			req.SubscribedTopicRegex = &re
+		}
 		req.TopicsSet = true
 		for _, tp := range m.owned.list() {
 			req.Topics = append(req.Topics, &pb.TopicPartitions{Name: tp.Topic, Partitions: tp.Partitions})

@@ -85,6 +85,9 @@ func Start(system *actor.ActorSystem, group string, opts ...Opt) (*Member, error
 	if c.requestTimeout <= 0 {
 		return nil, fmt.Errorf("%w: request timeout %v", ErrConfig, c.requestTimeout)
 	}
+	if err := checkRegex(c); err != nil {
+		return nil, err
+	}
 	if c.log == nil {
 		c.log = slog.Default()
 	}

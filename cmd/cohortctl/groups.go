@@ -163,8 +163,8 @@ type tpKey struct {
 // the others with DescribeGroups (a KIP-848 group's DescribeGroups answer
 // is not its state: Kafka refuses it, kfake answers it Stable with no
 // members); each request goes to the group's coordinator. missing lists
-// the groups that do not exist (Kafka answers them Dead, cohort
-// GROUP_ID_NOT_FOUND).
+// the groups that do not exist (Dead without an error below DescribeGroups
+// v6, GROUP_ID_NOT_FOUND from it, as Kafka answers them).
 func (c *cli) describeGroups(ctx context.Context, groups []string) (found map[string]*groupInfo, missing []string, err error) {
 	found = map[string]*groupInfo{}
 	if err := c.describeConsumerGroups(ctx, groups, found); err != nil {

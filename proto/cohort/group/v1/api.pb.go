@@ -1061,8 +1061,13 @@ type OffsetCommitRequest struct {
 	// OffsetCommit v2-v4 retention; -1 means the broker default.
 	RetentionTimeMs int64                `protobuf:"varint,5,opt,name=retention_time_ms,json=retentionTimeMs,proto3" json:"retention_time_ms,omitempty"`
 	Topics          []*OffsetCommitTopic `protobuf:"bytes,6,rep,name=topics,proto3" json:"topics,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The OffsetCommit version a Kafka client sent; unset for the member
+	// library's native transport, which is answered as version 9 is, except
+	// that a commit to a group that does not exist is answered as version 8
+	// is (ILLEGAL_GENERATION).
+	ApiVersion    *int32 `protobuf:"varint,7,opt,name=api_version,json=apiVersion,proto3,oneof" json:"api_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OffsetCommitRequest) Reset() {
@@ -1135,6 +1140,13 @@ func (x *OffsetCommitRequest) GetTopics() []*OffsetCommitTopic {
 		return x.Topics
 	}
 	return nil
+}
+
+func (x *OffsetCommitRequest) GetApiVersion() int32 {
+	if x != nil && x.ApiVersion != nil {
+		return *x.ApiVersion
+	}
+	return 0
 }
 
 type PartitionError struct {
@@ -1709,8 +1721,13 @@ func (x *OffsetDeleteResponse) GetTopics() []*TopicPartitionErrors {
 }
 
 type DescribeGroupRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupId       string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	// The DescribeGroups version a Kafka client sent; unset for the node's own
+	// callers, which are answered as version 6 is (GROUP_ID_NOT_FOUND for a
+	// group that is not classic), except that a group that does not exist is
+	// answered as version 5 is (no error, state Dead).
+	ApiVersion    *int32 `protobuf:"varint,2,opt,name=api_version,json=apiVersion,proto3,oneof" json:"api_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1750,6 +1767,13 @@ func (x *DescribeGroupRequest) GetGroupId() string {
 		return x.GroupId
 	}
 	return ""
+}
+
+func (x *DescribeGroupRequest) GetApiVersion() int32 {
+	if x != nil && x.ApiVersion != nil {
+		return *x.ApiVersion
+	}
+	return 0
 }
 
 type DescribedMember struct {
@@ -1837,14 +1861,16 @@ func (x *DescribedMember) GetAssignment() []byte {
 }
 
 type DescribeGroupResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ErrorCode     int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
-	GroupId       string                 `protobuf:"bytes,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	ProtocolType  string                 `protobuf:"bytes,4,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
-	ProtocolData  string                 `protobuf:"bytes,5,opt,name=protocol_data,json=protocolData,proto3" json:"protocol_data,omitempty"`
-	Members       []*DescribedMember     `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
-	GenerationId  int32                  `protobuf:"varint,7,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ErrorCode    int32                  `protobuf:"varint,1,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	GroupId      string                 `protobuf:"bytes,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	State        string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	ProtocolType string                 `protobuf:"bytes,4,opt,name=protocol_type,json=protocolType,proto3" json:"protocol_type,omitempty"`
+	ProtocolData string                 `protobuf:"bytes,5,opt,name=protocol_data,json=protocolData,proto3" json:"protocol_data,omitempty"`
+	Members      []*DescribedMember     `protobuf:"bytes,6,rep,name=members,proto3" json:"members,omitempty"`
+	GenerationId int32                  `protobuf:"varint,7,opt,name=generation_id,json=generationId,proto3" json:"generation_id,omitempty"`
+	// DescribeGroups v6+: why the group is not described.
+	ErrorMessage  string `protobuf:"bytes,8,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1926,6 +1952,13 @@ func (x *DescribeGroupResponse) GetGenerationId() int32 {
 		return x.GenerationId
 	}
 	return 0
+}
+
+func (x *DescribeGroupResponse) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
 }
 
 type ListGroupsRequest struct {
@@ -3009,15 +3042,18 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12F\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2&.cohort.group.v1.OffsetCommitPartitionR\n" +
-	"partitions\"\xa1\x02\n" +
+	"partitions\"\xd7\x02\n" +
 	"\x13OffsetCommitRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12#\n" +
 	"\rgeneration_id\x18\x02 \x01(\x05R\fgenerationId\x12\x1b\n" +
 	"\tmember_id\x18\x03 \x01(\tR\bmemberId\x12/\n" +
 	"\x11group_instance_id\x18\x04 \x01(\tH\x00R\x0fgroupInstanceId\x88\x01\x01\x12*\n" +
 	"\x11retention_time_ms\x18\x05 \x01(\x03R\x0fretentionTimeMs\x12:\n" +
-	"\x06topics\x18\x06 \x03(\v2\".cohort.group.v1.OffsetCommitTopicR\x06topicsB\x14\n" +
-	"\x12_group_instance_id\"M\n" +
+	"\x06topics\x18\x06 \x03(\v2\".cohort.group.v1.OffsetCommitTopicR\x06topics\x12$\n" +
+	"\vapi_version\x18\a \x01(\x05H\x01R\n" +
+	"apiVersion\x88\x01\x01B\x14\n" +
+	"\x12_group_instance_idB\x0e\n" +
+	"\f_api_version\"M\n" +
 	"\x0ePartitionError\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1d\n" +
 	"\n" +
@@ -3066,9 +3102,12 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"\x14OffsetDeleteResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12=\n" +
-	"\x06topics\x18\x02 \x03(\v2%.cohort.group.v1.TopicPartitionErrorsR\x06topics\"1\n" +
+	"\x06topics\x18\x02 \x03(\v2%.cohort.group.v1.TopicPartitionErrorsR\x06topics\"g\n" +
 	"\x14DescribeGroupRequest\x12\x19\n" +
-	"\bgroup_id\x18\x01 \x01(\tR\agroupId\"\xef\x01\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12$\n" +
+	"\vapi_version\x18\x02 \x01(\x05H\x00R\n" +
+	"apiVersion\x88\x01\x01B\x0e\n" +
+	"\f_api_version\"\xef\x01\n" +
 	"\x0fDescribedMember\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\tR\bmemberId\x12/\n" +
 	"\x11group_instance_id\x18\x02 \x01(\tH\x00R\x0fgroupInstanceId\x88\x01\x01\x12\x1b\n" +
@@ -3079,7 +3118,7 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"assignment\x18\x06 \x01(\fR\n" +
 	"assignmentB\x14\n" +
-	"\x12_group_instance_id\"\x92\x02\n" +
+	"\x12_group_instance_id\"\xb7\x02\n" +
 	"\x15DescribeGroupResponse\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x01 \x01(\x05R\terrorCode\x12\x19\n" +
@@ -3088,7 +3127,8 @@ const file_cohort_group_v1_api_proto_rawDesc = "" +
 	"\rprotocol_type\x18\x04 \x01(\tR\fprotocolType\x12#\n" +
 	"\rprotocol_data\x18\x05 \x01(\tR\fprotocolData\x12:\n" +
 	"\amembers\x18\x06 \x03(\v2 .cohort.group.v1.DescribedMemberR\amembers\x12#\n" +
-	"\rgeneration_id\x18\a \x01(\x05R\fgenerationId\"[\n" +
+	"\rgeneration_id\x18\a \x01(\x05R\fgenerationId\x12#\n" +
+	"\rerror_message\x18\b \x01(\tR\ferrorMessage\"[\n" +
 	"\x11ListGroupsRequest\x12#\n" +
 	"\rstates_filter\x18\x01 \x03(\tR\fstatesFilter\x12!\n" +
 	"\ftypes_filter\x18\x02 \x03(\tR\vtypesFilter\"\x82\x01\n" +
@@ -3296,6 +3336,7 @@ func file_cohort_group_v1_api_proto_init() {
 	file_cohort_group_v1_api_proto_msgTypes[13].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[15].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[20].OneofWrappers = []any{}
+	file_cohort_group_v1_api_proto_msgTypes[26].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[27].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[37].OneofWrappers = []any{}
 	file_cohort_group_v1_api_proto_msgTypes[40].OneofWrappers = []any{}
