@@ -79,7 +79,9 @@ func (v *convergence) agreed(ids []string) (uint64, bool) {
 
 // report describes each node of ids for a failure: where its applied index
 // started and ended during the wait (a range says writes went on, one
-// number that the node did not move), its commit index and its hash.
+// number that the node did not move), its commit index, the last index in
+// its log (a leader's above its commit index: entries wait for a quorum),
+// when it last heard from its leader, and its hash.
 func (v *convergence) report(ids []string) []string {
 	out := make([]string, 0, len(ids))
 	for _, id := range slices.Sorted(slices.Values(ids)) {
@@ -92,8 +94,12 @@ func (v *convergence) report(ids []string) []string {
 		if f.GetAppliedIndex() != l.GetAppliedIndex() {
 			applied = fmt.Sprintf("%d->%d", f.GetAppliedIndex(), l.GetAppliedIndex())
 		}
-		out = append(out, fmt.Sprintf("%s: state=%s term=%d applied=%s commit=%d hash=%s (%d distinct applied indexes seen)",
-			id, l.GetState(), l.GetTerm(), applied, l.GetCommitIndex(), l.GetFsmHash(), len(v.seen[id])))
+		contact := "never"
+		if ms := l.GetLastContactMs(); ms >= 0 {
+			contact = fmt.Sprintf("%dms ago", ms)
+		}
+		out = append(out, fmt.Sprintf("%s: state=%s term=%d applied=%s commit=%d last-log=%d leader-contact=%s hash=%s (%d distinct applied indexes seen)",
+			id, l.GetState(), l.GetTerm(), applied, l.GetCommitIndex(), l.GetLastLogIndex(), contact, l.GetFsmHash(), len(v.seen[id])))
 	}
 	return out
 }

@@ -56,7 +56,7 @@ func TestConvergenceRefuses(t *testing.T) {
 		if i, ok := v.agreed(convergeIDs); ok {
 			t.Fatalf("agreed at %d with node3 stuck at 1990", i)
 		}
-		if r := strings.Join(v.report(convergeIDs), "\n"); !strings.Contains(r, "node3: state=Follower term=0 applied=1990 ") {
+		if r := strings.Join(v.report(convergeIDs), "\n"); !strings.Contains(r, "node3: state=Follower term=0 applied=1990 commit=1990 last-log=0 leader-contact=0ms ago ") {
 			t.Fatalf("report does not show node3 at 1990:\n%s", r)
 		}
 	})
