@@ -565,36 +565,52 @@ func (c *Cluster) agreeOnLeader(ids []string, leader string) bool {
 	return true
 }
 
-// WaitConverged waits until every running node reports the same applied
-// index and FSM hash, and returns their statuses.
+// WaitConverged waits until every running node has reported the same FSM
+// hash at one applied index, and returns their latest statuses. The nodes
+// need not be at that index at the same moment: clients may go on writing
+// meanwhile (see convergence).
 func (c *Cluster) WaitConverged(timeout time.Duration) []*clusterpb.StatusResponse {
 	c.T.Helper()
 	deadline := time.Now().Add(timeout)
-	var last []string
+	seen := newConvergence()
+	var errs []error
+	var ids []string
 	for {
 		nodes := c.Running()
-		sts, errs := c.StatusOf(nodes, 2*time.Second)
-		last = last[:0]
-		ok := errors.Join(errs...) == nil && len(sts) > 0
-		for i, st := range sts {
-			if st == nil {
-				last = append(last, fmt.Sprintf("%s: %v", nodes[i].ID, errs[i]))
-				continue
-			}
-			last = append(last, fmt.Sprintf("%s: state=%s applied=%d commit=%d hash=%s", st.NodeId, st.State, st.AppliedIndex, st.CommitIndex, st.FsmHash))
-			if ok && (st.FsmHash == "" || st.AppliedIndex != sts[0].AppliedIndex || st.FsmHash != sts[0].FsmHash) {
-				ok = false
-			}
+		ids = ids[:0]
+		for _, n := range nodes {
+			ids = append(ids, n.ID)
 		}
-		if ok {
+		var sts []*clusterpb.StatusResponse
+		sts, errs = c.StatusOf(nodes, 2*time.Second)
+		for _, st := range sts {
+			seen.add(st)
+		}
+		if _, ok := seen.agreed(ids); ok && errors.Join(errs...) == nil {
 			return sts
 		}
 		if time.Now().After(deadline) {
-			c.T.Fatalf("nodes did not converge within %v:\n  %s", timeout, strings.Join(last, "\n  "))
+			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		// Often enough to see the leader at the index a follower reaches
+		// next while clients write (a follower trails by an entry).
+		time.Sleep(convergePoll)
 	}
+	lines := seen.report(ids)
+	for i, err := range errs {
+		if err != nil {
+			lines = append(lines, fmt.Sprintf("%s: %v", ids[i], err))
+		}
+	}
+	if m := seen.mismatches(ids); m != "" {
+		lines = append(lines, "hashes: "+m)
+	}
+	c.T.Fatalf("nodes did not converge within %v:\n  %s", timeout, strings.Join(lines, "\n  "))
+	return nil
 }
+
+// convergePoll is how often WaitConverged polls the nodes.
+const convergePoll = 20 * time.Millisecond
 
 // RemoveVoter asks the leader to remove node i from the configuration,
 // following leadership when node i is the leader (it hands leadership over

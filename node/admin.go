@@ -158,6 +158,11 @@ func (n *Node) status() *clusterpb.StatusResponse {
 		AppliedIndex: st.AppliedIndex,
 		CommitIndex:  st.CommitIndex,
 		FsmHash:      n.raft.FSM.Hash(),
+		LastLogIndex: st.LastLogIndex,
+	}
+	resp.LastContactMs = -1
+	if st.LastContact >= 0 {
+		resp.LastContactMs = st.LastContact.Milliseconds()
 	}
 	resp.LogFormat, resp.AppliesLogFormat = n.raft.FSM.LogFormat(), n.raft.AgreedLogFormat()
 	ready := n.Readiness()

@@ -217,3 +217,21 @@ func TestOpenHeldDataDirFails(t *testing.T) {
 		t.Fatal("opening a held data dir still waits after 30s")
 	}
 }
+
+// Status tells the last log index next to the commit index, and a leader
+// reports no time since contact with a leader.
+func TestStatusLastLogAndContact(t *testing.T) {
+	n := openLeader(t, testConfig(t.TempDir()))
+	defer n.Close()
+	before := n.Status()
+	if err := n.apply(context.Background(), raftpb.CommandType_COMMAND_TYPE_NODE_REGISTER, &raftpb.NodeRegister{NodeId: "node9"}); err != nil {
+		t.Fatal(err)
+	}
+	st := n.Status()
+	if st.LastLogIndex != before.LastLogIndex+1 || st.LastLogIndex != n.LastIndex() || st.CommitIndex != st.LastLogIndex {
+		t.Fatalf("last log %d (before %d, raft %d), commit %d: want one more entry, committed", st.LastLogIndex, before.LastLogIndex, n.LastIndex(), st.CommitIndex)
+	}
+	if st.State != "Leader" || st.LastContact != 0 {
+		t.Fatalf("state %s, last contact %v: a leader reports 0", st.State, st.LastContact)
+	}
+}

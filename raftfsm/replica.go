@@ -67,6 +67,11 @@ type Status struct {
 	CommitIndex       uint64
 	AppliedIndex      uint64
 	LastSnapshotIndex uint64
+	// LastLogIndex is the index of the last entry in the replica's log.
+	LastLogIndex uint64
+	// LastContact is how long ago a follower last heard from its leader:
+	// 0 on the leader, negative when it has heard from none.
+	LastContact time.Duration
 }
 
 // Server is a member of a replica's Raft configuration.
@@ -146,7 +151,21 @@ func (r *Replica) Status() Status {
 		CommitIndex:       num("commit_index"),
 		AppliedIndex:      r.raft.AppliedIndex(),
 		LastSnapshotIndex: num("last_snapshot_index"),
+		LastLogIndex:      num("last_log_index"),
+		LastContact:       lastContact(r.raft),
 	}
+}
+
+// lastContact is Status.LastContact.
+func lastContact(r *raft.Raft) time.Duration {
+	if r.State() == raft.Leader {
+		return 0
+	}
+	last := r.LastContact()
+	if last.IsZero() {
+		return -1
+	}
+	return time.Since(last)
 }
 
 // Servers returns the members of the latest configuration.

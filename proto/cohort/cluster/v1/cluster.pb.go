@@ -252,7 +252,13 @@ type StatusResponse struct {
 	// The shards that hold the cluster's groups, by id; a cluster of one
 	// shard lists one, whose Raft group is the one above. A group's shard is
 	// xxhash64 of its id, jump-hashed over len(shards) (package shard).
-	Shards        []*ShardStatus `protobuf:"bytes,14,rep,name=shards,proto3" json:"shards,omitempty"`
+	Shards []*ShardStatus `protobuf:"bytes,14,rep,name=shards,proto3" json:"shards,omitempty"`
+	// The index of the last entry in this node's log (above commit_index on a
+	// leader whose entries wait for a quorum), and how long ago this node, a
+	// follower, last heard from its leader in milliseconds (0 on the leader,
+	// -1 when it has heard from none since it started).
+	LastLogIndex  uint64 `protobuf:"varint,15,opt,name=last_log_index,json=lastLogIndex,proto3" json:"last_log_index,omitempty"`
+	LastContactMs int64  `protobuf:"varint,16,opt,name=last_contact_ms,json=lastContactMs,proto3" json:"last_contact_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +389,20 @@ func (x *StatusResponse) GetShards() []*ShardStatus {
 		return x.Shards
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetLastLogIndex() uint64 {
+	if x != nil {
+		return x.LastLogIndex
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetLastContactMs() int64 {
+	if x != nil {
+		return x.LastContactMs
+	}
+	return 0
 }
 
 // ShardStatus is one shard as a node sees it: who leads it and this node's
@@ -924,7 +944,7 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\bsuffrage\x18\x05 \x01(\tR\bsuffrage\x12\x16\n" +
 	"\x06leader\x18\x06 \x01(\bR\x06leader\",\n" +
 	"\rStatusRequest\x12\x1b\n" +
-	"\traft_only\x18\x01 \x01(\bR\braftOnly\"\xd6\x03\n" +
+	"\traft_only\x18\x01 \x01(\bR\braftOnly\"\xa4\x04\n" +
 	"\x0eStatusResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1b\n" +
@@ -941,7 +961,9 @@ const file_cohort_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"log_format\x18\f \x01(\rR\tlogFormat\x12,\n" +
 	"\x12applies_log_format\x18\r \x01(\rR\x10appliesLogFormat\x126\n" +
-	"\x06shards\x18\x0e \x03(\v2\x1e.cohort.cluster.v1.ShardStatusR\x06shards\"\xf7\x01\n" +
+	"\x06shards\x18\x0e \x03(\v2\x1e.cohort.cluster.v1.ShardStatusR\x06shards\x12$\n" +
+	"\x0elast_log_index\x18\x0f \x01(\x04R\flastLogIndex\x12&\n" +
+	"\x0flast_contact_ms\x18\x10 \x01(\x03R\rlastContactMs\"\xf7\x01\n" +
 	"\vShardStatus\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x14\n" +
