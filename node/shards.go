@@ -29,9 +29,11 @@ type groupShard struct {
 	// nanoseconds; 0 while it does not lead): a shard that just moved is
 	// not moved again before moveMute.
 	ledSince atomic.Int64
-	// handedOver is set when this node hands the shard's leadership over on
-	// purpose, and cleared when it leads the shard again: until then its
-	// requests are forwarded to the leader (forward.go).
+	// handedOver is set when this node stops leading the shard, whether it
+	// handed the leadership over on purpose or lost it to an election, and
+	// cleared when it leads the shard again: until then the shard's
+	// requests that reach this node are forwarded to its leader
+	// (forward.go).
 	handedOver atomic.Bool
 }
 
@@ -111,6 +113,9 @@ func (gs *groupShard) watch() {
 				continue
 			}
 			gs.lease.drop()
+			if len(n.shards) > 1 {
+				gs.handedOver.Store(true)
+			}
 			gs.active.Store(false)
 			n.log.Info("leadership lost: group service fenced", gs.attrs()...)
 			if err := gs.svc.Deactivate(activateTimeout); err != nil {
@@ -137,6 +142,9 @@ func (gs *groupShard) onLeader() {
 	// coordinator it takes over from was alive then (zero when this node
 	// has heard from no leader since it started).
 	previousAlive := gs.rep.LastLeaderContact()
+	if forced := gs.rep.ForcedElectionAt(); !forced.IsZero() {
+		gs.lease.waitOut(forced)
+	}
 	// The barrier's commit is a quorum's confirmation too: the lease holds
 	// from the moment it was sent.
 	at, epoch := gs.lease.begin()
