@@ -25,7 +25,7 @@ func cohortdTimings(o *Options) {
 	o.HeartbeatTimeout, o.ElectionTimeout, o.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 }
 
-// A node stopped (SIGSTOP) for 0.4 s and then for 1 s, as a GC pause, a
+// Each node in turn stopped (SIGSTOP) for 0.4 s and for 1 s, as a GC pause, a
 // stalled disk or a VM's stolen time stops a process, while a load
 // generator commits offsets to every group's coordinator on pipelined
 // connections: no shard changes leader, no commit is answered
@@ -33,8 +33,8 @@ func cohortdTimings(o *Options) {
 // offset reads back as its last acknowledged commit.
 //
 // COHORT_STALL_GROUPS (default 160) sets the groups, COHORT_STALL_PAUSES
-// (default "400ms,1s") the stalls, one node each in turn, and
-// COHORT_BENCH_RAFT other Raft timings. With COHORT_STALL_MOVES=1 (stalls
+// (default "400ms,1s,400ms,1s,400ms,1s") the stalls, one node each in
+// turn, and COHORT_BENCH_RAFT other Raft timings. With COHORT_STALL_MOVES=1 (stalls
 // longer than the heartbeat timeout) the stalled node's shards may move:
 // the changes are counted, not failed; every other check holds.
 func TestStallKeepsLeaders(t *testing.T) {
@@ -42,7 +42,7 @@ func TestStallKeepsLeaders(t *testing.T) {
 		t.Skip("starts cohortd processes")
 	}
 	groups := envInt(t, "COHORT_STALL_GROUPS", 160)
-	pauses := []time.Duration{400 * time.Millisecond, time.Second}
+	pauses := []time.Duration{400 * time.Millisecond, time.Second, 400 * time.Millisecond, time.Second, 400 * time.Millisecond, time.Second}
 	if v := os.Getenv("COHORT_STALL_PAUSES"); v != "" {
 		pauses = nil
 		for _, p := range splitList(v) {
