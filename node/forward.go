@@ -192,6 +192,10 @@ type settlingAnswerer struct {
 	gs  *groupShard
 	req proto.Message
 	to  coordinator.Answerer
+	// until bounds the settling of a request sent again after its shard
+	// settled (zero on the first send): its lease can lapse again between
+	// the check and the answer, on a starved node.
+	until time.Time
 }
 
 var settlingAnswerers = sync.Pool{New: func() any { return new(settlingAnswerer) }}
@@ -203,12 +207,15 @@ func newSettlingAnswerer(n *Node, gs *groupShard, req proto.Message, to coordina
 }
 
 func (f *settlingAnswerer) Answer(res proto.Message) {
-	n, gs, req, to := f.n, f.gs, f.req, f.to
+	n, gs, req, to, until := f.n, f.gs, f.req, f.to, f.until
 	*f = settlingAnswerer{}
 	settlingAnswerers.Put(f)
-	if !isNotCoordinator(res) || !gs.inTransit() {
+	if !isNotCoordinator(res) || !gs.inTransit() || (!until.IsZero() && time.Now().After(until)) {
 		to.Answer(res)
 		return
+	}
+	if until.IsZero() {
+		until = time.Now().Add(settleWait)
 	}
 	// Not on the answering actor's goroutine: settling waits.
 	go func() {
@@ -217,7 +224,9 @@ func (f *settlingAnswerer) Answer(res proto.Message) {
 			return
 		}
 		if gs.serving() {
-			gs.svc.Send(req, to)
+			again := newSettlingAnswerer(n, gs, req, to)
+			again.until = until
+			gs.svc.Send(req, again)
 			return
 		}
 		to.Answer(res)

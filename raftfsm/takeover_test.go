@@ -2,7 +2,10 @@ package raftfsm
 
 import (
 	"io"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +22,14 @@ func takeoverCluster(t *testing.T, dial func(addr string) string, closed map[*No
 		def := DefaultConfig()
 		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = def.HeartbeatTimeout, def.ElectionTimeout, def.LeaderLeaseTimeout
 		cfg.NodeID, cfg.Bootstrap, cfg.Shards, cfg.PeerAddrs = id, boot, 4, peers
+		if dir := os.Getenv("COHORT_TAKEOVER_LOGS"); dir != "" {
+			f, err := os.Create(filepath.Join(dir, id+".log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { f.Close() })
+			cfg.Logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
 		n, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -69,10 +80,18 @@ func TestCrashedLeaderIsReplacedBeforeTheHeartbeatTimeout(t *testing.T) {
 	won := map[string]int{}
 	for k := range n2.replicas() {
 		var leader string
-		waitFor(t, "a new leader", func() bool {
+		deadline := time.Now().Add(waitLimit)
+		for {
 			leader = n2.replicas()[k].LeaderID()
-			return leader != "" && leader != "node1" && n3.replicas()[k].LeaderID() == leader
-		})
+			if leader != "" && leader != "node1" && n3.replicas()[k].LeaderID() == leader {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no new leader of group %d: %s %+v, leader %q; %s %+v, leader %q", k,
+					n2.ID(), n2.replicas()[k].Status(), n2.replicas()[k].LeaderID(), n3.ID(), n3.replicas()[k].Status(), n3.replicas()[k].LeaderID())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		won[leader]++
 	}
 	took := time.Since(start)
