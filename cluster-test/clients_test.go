@@ -270,6 +270,31 @@ func (g *clientGroup) commitRound(base int64) {
 	wg.Wait()
 }
 
+// checkCommits fails t unless every acknowledged commit of g reads back
+// from its coordinator: each partition's committed offset is at least the
+// highest acknowledged one, and one that was sent. A family that
+// acknowledges commits must have had one acknowledged.
+func (g *clientGroup) checkCommits(ctx context.Context, t *testing.T) {
+	t.Helper()
+	got, _, err := FetchOffsets(ctx, g.coord, g.topic, rcPartitions)
+	if err != nil {
+		t.Fatalf("%s: fetch offsets: %v", g.name, err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for p, want := range g.acked {
+		if got[p] < want {
+			t.Errorf("%s partition %d: committed offset %d, but %d was acknowledged", g.name, p, got[p], want)
+		}
+		if !g.tried[got[p]] {
+			t.Errorf("%s partition %d: committed offset %d was never sent", g.name, p, got[p])
+		}
+	}
+	if len(g.acked) == 0 && g.fam.SyncCommits {
+		t.Errorf("%s: no commit acknowledged", g.name)
+	}
+}
+
 // firstAckAfter is when the first commit after t was acknowledged.
 func (g *clientGroup) firstAckAfter(t time.Time) (time.Duration, bool) {
 	g.mu.Lock()
@@ -552,25 +577,7 @@ func runFailover(t *testing.T, run failoverRun) []familyResult {
 				res.failover = append(res.failover, d)
 			}
 		}
-		// No acknowledged commit is lost: each partition's committed offset
-		// is at least the highest acknowledged one, and one that was sent.
-		got, _, err := FetchOffsets(ctx, g.coord, g.topic, rcPartitions)
-		if err != nil {
-			t.Fatalf("%s: fetch offsets: %v", g.name, err)
-		}
-		g.mu.Lock()
-		for p, want := range g.acked {
-			if got[p] < want {
-				t.Errorf("%s partition %d: committed offset %d, but %d was acknowledged", g.name, p, got[p], want)
-			}
-			if !g.tried[got[p]] {
-				t.Errorf("%s partition %d: committed offset %d was never sent", g.name, p, got[p])
-			}
-		}
-		if len(g.acked) == 0 && g.fam.SyncCommits {
-			t.Errorf("%s: no commit acknowledged", g.name)
-		}
-		g.mu.Unlock()
+		g.checkCommits(ctx, t)
 		results = append(results, res)
 	}
 	t.Logf("%d leader kills, %d follower restarts, takeover window %v", run.kills, run.followerRestarts, run.takeover)

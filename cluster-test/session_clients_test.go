@@ -112,17 +112,7 @@ func sessionClientKills(t *testing.T, shards int) {
 		if !slices.Equal(ids, members[g.name]) {
 			t.Errorf("%s: members %v after the kills, were %v (a member expired and joined again)", g.name, ids, members[g.name])
 		}
-		got, _, err := FetchOffsets(ctx, g.coord, g.topic, rcPartitions)
-		if err != nil {
-			t.Fatalf("%s: fetch offsets: %v", g.name, err)
-		}
-		g.mu.Lock()
-		for p, want := range g.acked {
-			if got[p] < want {
-				t.Errorf("%s partition %d: committed offset %d, but %d was acknowledged", g.name, p, got[p], want)
-			}
-		}
-		g.mu.Unlock()
+		g.checkCommits(ctx, t)
 		times := back[g.name]
 		slices.Sort(times)
 		t.Logf("%s: generation %d (was %d), %d members; back at the coordinator after each kill: %v", g.fam.Name, d.gen, g.gen, len(ids), times)
