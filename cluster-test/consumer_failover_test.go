@@ -104,12 +104,23 @@ func (g *cfGroup) overlaps(end time.Time) []string {
 	return out
 }
 
-// stable reports whether the consumers own every partition once.
+// stable reports whether every consumer owns its even share and every
+// partition is owned once.
 func (g *cfGroup) stable() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// Every member owns its even share: under KIP-848 every partition is
+	// owned once nearly all along a rebalance (a partition goes to its new
+	// owner only once the old one revoked it), so that alone is no
+	// settled group.
+	if len(g.owned) != cfMembers {
+		return false
+	}
 	n := 0
 	for _, ps := range g.owned {
+		if len(ps) < cfPartitions/cfMembers || len(ps) > (cfPartitions+cfMembers-1)/cfMembers {
+			return false
+		}
 		n += len(ps)
 	}
 	seen := map[int32]bool{}

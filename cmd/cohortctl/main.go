@@ -123,6 +123,8 @@ type cli struct {
 	timeout time.Duration
 	tls     *tlsOptions
 
+	seeds []string // --bootstrap, as given
+
 	reachOnce sync.Once
 	brokers   *brokerSet
 	reachErr  error
@@ -187,7 +189,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	c := &cli{cl: cl, out: stdout, errOut: stderr, json: *asJSON, timeout: *timeout, tls: tlsOpts}
+	c := &cli{cl: cl, out: stdout, errOut: stderr, json: *asJSON, timeout: *timeout, tls: tlsOpts, seeds: strings.Split(bootstrap, ",")}
 	if err := c.dispatch(ctx, aliases(fs.Args())); err != nil {
 		if errors.Is(err, errUsage) {
 			return usageError(stderr, err)

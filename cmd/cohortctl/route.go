@@ -54,15 +54,42 @@ func (c *cli) probeBrokers(ctx context.Context) (*brokerSet, error) {
 		err  error
 	}
 	results := make([]result, len(resp.Brokers))
+	listed := map[string]bool{}
 	var wg sync.WaitGroup
 	for i, b := range resp.Brokers {
 		results[i] = result{id: b.NodeID, addr: net.JoinHostPort(b.Host, fmt.Sprint(b.Port))}
+		listed[results[i].addr] = true
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			defer cancel()
 			_, results[i].err = c.cl.Broker(int(b.NodeID)).Request(pctx, kmsg.NewPtrApiVersionsRequest())
+		}()
+	}
+	// A cluster leaves a node it cannot reach out of its Metadata answers
+	// (as Kafka leaves out a fenced broker): a seed that is not listed is
+	// asked too, so that a stopped node the operator named is named back.
+	var unlisted []string
+	var seedErrs []error
+	var seedMu sync.Mutex
+	seeds := c.cl.SeedBrokers() // in the order of c.seeds
+	for i, addr := range c.seeds {
+		if listed[addr] || i >= len(seeds) {
+			continue
+		}
+		sb := seeds[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+			defer cancel()
+			if _, err := sb.Request(pctx, kmsg.NewPtrApiVersionsRequest()); err != nil {
+				seedMu.Lock()
+				unlisted = append(unlisted, addr)
+				seedErrs = append(seedErrs, err)
+				seedMu.Unlock()
+			}
 		}()
 	}
 	wg.Wait()
@@ -76,6 +103,9 @@ func (c *cli) probeBrokers(ctx context.Context) (*brokerSet, error) {
 		set.down++
 		errs = append(errs, fmt.Errorf("broker %d (%s): %w", r.id, r.addr, r.err))
 		c.warnf("broker %d at %s did not answer (%v): showing what the other brokers answer", r.id, r.addr, r.err)
+	}
+	for i, addr := range unlisted {
+		c.warnf("bootstrap server %s did not answer (%v) and the cluster does not list it: showing what the listed brokers answer", addr, seedErrs[i])
 	}
 	if len(set.live) == 0 {
 		return nil, fmt.Errorf("no broker answered: %w", errors.Join(errs...))
