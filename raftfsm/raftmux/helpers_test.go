@@ -110,14 +110,14 @@ func (n *testNode) sent() uint64 {
 	return n.frames.Load()
 }
 
-// raftConfig is raftfsm.DefaultConfig's timing (heartbeat and election
-// 500 ms, leader lease 250 ms) on hashicorp/raft's defaults.
+// raftConfig is raftfsm.DefaultConfig's timing (heartbeat, election and
+// leader lease 2 s) on hashicorp/raft's defaults.
 func raftConfig(id string) *raft.Config {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
-	rc.HeartbeatTimeout = 500 * time.Millisecond
-	rc.ElectionTimeout = 500 * time.Millisecond
-	rc.LeaderLeaseTimeout = 250 * time.Millisecond
+	rc.HeartbeatTimeout = 2 * time.Second
+	rc.ElectionTimeout = 2 * time.Second
+	rc.LeaderLeaseTimeout = 2 * time.Second
 	rc.Logger = hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
 	return rc
 }

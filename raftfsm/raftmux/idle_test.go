@@ -186,7 +186,7 @@ func measureIdle(t *testing.T, shards int, layout string) idleCost {
 
 // renewLeases does on every shard what node/lease.go's renewLease does on
 // today's one Raft group: while the shard's instance leads, a VerifyLeader
-// round every fifth of the heartbeat timeout (100 ms), the next one only
+// round every 100 ms (a fifth of its basis, capped at 500 ms), the next one only
 // after the last is answered; one goroutine per shard per node.
 func renewLeases(t *testing.T, ns []*testNode) {
 	stop := make(chan struct{})
@@ -194,7 +194,7 @@ func renewLeases(t *testing.T, ns []*testNode) {
 	for _, n := range ns {
 		for _, sn := range n.shards {
 			wg.Go(func() {
-				tick := time.NewTicker(raftConfig(n.id).HeartbeatTimeout / 5)
+				tick := time.NewTicker(100 * time.Millisecond)
 				defer tick.Stop()
 				for {
 					select {
