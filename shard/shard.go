@@ -8,6 +8,31 @@
 // changes it, and this function must return the same shard for the same
 // id and count in every version (TestStable pins it), or groups would be
 // looked up where they are not.
+//
+// Place decides which nodes hold each shard's replicas (planned: the
+// cluster does not use it yet, and runs every shard on every voter). It
+// is a pure function of the shard count, the replication factor, the
+// nodes with their racks and the current placement, and keeps, in order:
+//
+//   - R = min(replication factor, N) replicas a shard, on distinct nodes;
+//   - evenness, always: every node holds ⌊S·R/N⌋ or ⌈S·R/N⌉ replicas;
+//   - rack diversity wherever evenness allows: no placement that is even
+//     has fewer pairs of one shard's replicas in one rack. A rack whose
+//     nodes hold L replicas then holds ⌊L/S⌋ or ⌈L/S⌉ of every shard, so
+//     when no rack's share exceeds S (no rack holds more than about N/R
+//     of the nodes) and there are at least R racks, no two replicas of a
+//     shard share a rack. A rack with more nodes than that gets some
+//     shards twice: evenness wins, unlike Kafka's rack-aware placement,
+//     because a node's share of replicas is its share of the commit
+//     work, which is what placement is for;
+//   - stickiness: current replicas on nodes still listed stay unless the
+//     rules above need them moved;
+//   - a preferred leader (the first replica) on no node for more than
+//     ⌈S/N⌉ shards, the current one kept while it can be.
+//
+// A node without a rack is a rack of its own. Ties go to a rendezvous
+// hash of (shard, node id); the nodes' order in the input does not
+// matter. Moves lists the replica changes between two placements.
 package shard
 
 import "github.com/cespare/xxhash/v2"
