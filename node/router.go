@@ -123,6 +123,14 @@ func (r *groupRouter) listGroups(ctx context.Context, req *pb.ListGroupsRequest,
 	return out, nil
 }
 
+// pidAnswerer answers a native API request to the actor that sent it.
+type pidAnswerer struct {
+	root *actor.RootContext
+	to   *actor.PID
+}
+
+func (a pidAnswerer) Answer(res proto.Message) { a.root.Send(a.to, res) }
+
 // routerActor is the native API's groups actor on a node with several
 // shards: it forwards each request to the groups actor of the request's
 // shard (the sender is kept, so that actor answers the client), and
@@ -132,7 +140,15 @@ type routerActor struct{ r *groupRouter }
 func (a *routerActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case groupRequest:
-		ctx.Forward(a.r.of(m.GetGroupId()).svc.Router())
+		sender := ctx.Sender()
+		if sender == nil {
+			ctx.Forward(a.r.of(m.GetGroupId()).svc.Router())
+			return
+		}
+		// As for a Kafka client: a request for a shard in transit is
+		// forwarded to its new leader rather than answered
+		// NOT_COORDINATOR, so that a member sees no move.
+		a.r.Send(m, pidAnswerer{root: ctx.ActorSystem().Root, to: sender})
 	case *pb.ListGroupsRequest:
 		sender, root := ctx.Sender(), ctx.ActorSystem().Root
 		if sender == nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/cohort-coord/cohort/actors/member"
 	"github.com/cohort-coord/cohort/assignor"
 	clustertest "github.com/cohort-coord/cohort/cluster-test"
+	"github.com/cohort-coord/cohort/coordinator"
 	clusterpb "github.com/cohort-coord/cohort/proto/cohort/cluster/v1"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/shard"
@@ -50,8 +51,21 @@ type matrixGroup struct {
 
 // heartbeatLog records, per member, when a heartbeat last succeeded.
 type heartbeatLog struct {
-	mu   sync.Mutex
-	last map[string]time.Time // client id -> last successful heartbeat
+	mu       sync.Mutex
+	last     map[string]time.Time // client id -> last successful heartbeat
+	notCoord int                  // heartbeats answered NOT_COORDINATOR
+}
+
+func (l *heartbeatLog) notCoordinator() {
+	l.mu.Lock()
+	l.notCoord++
+	l.mu.Unlock()
+}
+
+func (l *heartbeatLog) notCoordinators() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.notCoord
 }
 
 func (l *heartbeatLog) ok(name string) {
@@ -94,8 +108,13 @@ func (w *watchedTransport) Send(req any, done func(any, error)) {
 		return
 	}
 	w.Transport.Send(req, func(res any, err error) {
-		if r, ok := res.(*pb.HeartbeatResponse); ok && err == nil && r.GetErrorCode() == 0 {
-			w.log.ok(w.name)
+		if r, ok := res.(*pb.HeartbeatResponse); ok && err == nil {
+			switch r.GetErrorCode() {
+			case 0:
+				w.log.ok(w.name)
+			case coordinator.ErrNotCoordinator:
+				w.log.notCoordinator()
+			}
 		}
 		done(res, err)
 	})
@@ -296,6 +315,10 @@ func failoverMatrix(t *testing.T, shards int) {
 				break
 			}
 		}
+		notCoord := map[*matrixGroup]int{}
+		for _, mg := range groups {
+			notCoord[mg] = mg.seen.notCoordinators()
+		}
 		at := time.Now()
 		switch event {
 		case "SIGKILL":
@@ -317,6 +340,20 @@ func failoverMatrix(t *testing.T, shards int) {
 		}
 		// Every member heartbeats successfully again, within its session.
 		var times []time.Duration
+		checkNotCoord := func() {
+			// A planned move of a shard is forwarded: a native member is
+			// never told NOT_COORDINATOR (a Kafka-transport member may be,
+			// by a FindCoordinator answer that was already stale). A
+			// one-shard cluster does not forward: its members are told
+			// and find the new leader.
+			for _, mg := range groups {
+				n := mg.seen.notCoordinators() - notCoord[mg]
+				t.Logf("%s of %s: %s/%s heartbeats answered NOT_COORDINATOR: %d", event, coord.ID, mg.transport, mg.mode, n)
+				if event == "move" && shards > 1 && mg.transport == "native" && n > 0 {
+					t.Errorf("move of %s: %s/%s members were answered NOT_COORDINATOR %d times", coord.ID, mg.transport, mg.mode, n)
+				}
+			}
+		}
 		for _, mg := range groups {
 			var own []time.Duration
 			for _, m := range mg.g.members {
@@ -339,6 +376,7 @@ func failoverMatrix(t *testing.T, shards int) {
 		t.Logf("%s of %s (coordinator of the groups): first successful heartbeat after p50 %v, max %v",
 			event, coord.ID, times[len(times)/2].Round(time.Millisecond), times[len(times)-1].Round(time.Millisecond))
 		firstHeartbeat = append(firstHeartbeat, times...)
+		checkNotCoord()
 		if event != "move" {
 			c.Restart(coord.Index)
 			c.WaitConverged(60 * time.Second)
