@@ -69,6 +69,8 @@ func Native(addrs ...string) TransportFactory {
 			addrs:   append([]string(nil), addrs...),
 			pending: map[uint64]*inflight{},
 			down:    map[string]bool{},
+			wake:    make(chan struct{}, 1),
+			closed:  make(chan struct{}),
 		}
 		// Subscribe, not SubscribeWithPredicate: the latter sets the
 		// predicate after the subscription is visible, a data race with
@@ -92,6 +94,10 @@ type nativeTransport struct {
 	next    uint64
 	pending map[uint64]*inflight // requests sent and not yet answered
 	down    map[string]bool      // addresses whose connection ended, until one connects again
+
+	wake      chan struct{} // a node connected: find asks again at once
+	closed    chan struct{} // closed by Close: find stops asking
+	closeOnce sync.Once
 }
 
 // inflight is one request waiting for its answer: done runs once, with the
@@ -112,6 +118,10 @@ func (t *nativeTransport) onEndpointEvent(evt any) {
 		t.mu.Lock()
 		delete(t.down, e.Address)
 		t.mu.Unlock()
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
 	case *remote.EndpointTerminatedEvent:
 		t.mu.Lock()
 		t.down[e.Address] = true
@@ -132,7 +142,10 @@ func (t *nativeTransport) onEndpointEvent(evt any) {
 	}
 }
 
-func (t *nativeTransport) Close() { t.env.System.EventStream.Unsubscribe(t.sub) }
+func (t *nativeTransport) Close() {
+	t.closeOnce.Do(func() { close(t.closed) })
+	t.env.System.EventStream.Unsubscribe(t.sub)
+}
 
 func (t *nativeTransport) Send(req any, done func(any, error)) {
 	switch r := req.(type) {
@@ -193,7 +206,8 @@ const electionPoll = 100 * time.Millisecond
 // name none that is up (the coordinator died and its shard elects a new
 // leader, which takes about a second) it asks again every electionPoll, for
 // up to the wait bound, so that the member reaches the new leader as soon as
-// it serves rather than after a backoff grown through the election.
+// it serves rather than after a backoff grown through the election; a node
+// that connects again wakes it early, and Close ends it.
 func (t *nativeTransport) find(group string) (any, error) {
 	deadline := time.Now().Add(t.env.waitBound())
 	for {
@@ -204,7 +218,15 @@ func (t *nativeTransport) find(group string) (any, error) {
 		if time.Now().Add(electionPoll).After(deadline) {
 			return nil, err
 		}
-		time.Sleep(electionPoll)
+		poll := time.NewTimer(electionPoll)
+		select {
+		case <-poll.C:
+		case <-t.wake: // a node came back: it may lead now
+			poll.Stop()
+		case <-t.closed:
+			poll.Stop()
+			return nil, err
+		}
 	}
 }
 
