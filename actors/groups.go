@@ -73,11 +73,36 @@ func (e *env) takeover(groupID string) coordinator.TakeoverSessions {
 	return t
 }
 
+// Addressed is implemented by an Answerer that passes its answer on to an
+// actor (a node's native API answers a request it routed to a shard through
+// one): ReplyAddress is that actor's actor system address, "" when none.
+// A wrapper around another Answerer reports the address of the one inside.
+type Addressed interface {
+	ReplyAddress() string
+}
+
+// ReplyAddress is the actor system address an answer to to goes to: a
+// PID's, or an Addressed answerer's; "" for anything else.
+func ReplyAddress(to coordinator.ReplyTo) string {
+	switch r := to.(type) {
+	case *actor.PID:
+		if r != nil {
+			return r.Address
+		}
+	case Addressed:
+		return r.ReplyAddress()
+	}
+	return ""
+}
+
 // fromPeer reports whether an answer goes to another node of the cluster,
 // which forwarded the request.
 func (e *env) fromPeer(to coordinator.ReplyTo) bool {
-	pid, ok := to.(*actor.PID)
-	return ok && e.peer != nil && pid != nil && e.peer(pid.Address)
+	if e.peer == nil {
+		return false
+	}
+	addr := ReplyAddress(to)
+	return addr != "" && e.peer(addr)
 }
 
 // answers reports whether a group actor spawned in activation term may

@@ -45,12 +45,12 @@ type Options struct {
 	// just before the lease is asked.
 	Lease func(now time.Time) bool
 	// Peer, when set, reports whether an actor system address is another
-	// node of the cluster. A request answered to such an address was
-	// forwarded by that node for a client connected to it (a node that
-	// handed a shard over forwards what its clients still send it): the
-	// group keeps the member's takeover window open, since the member's
-	// connection may break without this coordinator failing
-	// (coordinator.Group.HeardThroughPeer).
+	// node of the cluster. A request answered to such an address (a PID's,
+	// or an Addressed answerer's) was forwarded by that node for a client
+	// connected to it (a node that handed a shard over forwards what its
+	// clients still send it): the group keeps the member's takeover window
+	// open, since the member's connection may break without this
+	// coordinator failing (coordinator.Group.HeardThroughPeer).
 	Peer func(addr string) bool
 	// Consumer configures consumer groups (KIP-848); nil means
 	// coordinator.DefaultConsumerConfig().

@@ -198,6 +198,10 @@ func newSettlingAnswerer(n *Node, gs *groupShard, req proto.Message, to coordina
 	return a
 }
 
+// ReplyAddress implements actors.Addressed with the address of the answerer
+// inside, so that a forwarded request is still seen as one.
+func (f *settlingAnswerer) ReplyAddress() string { return actors.ReplyAddress(f.to) }
+
 func (f *settlingAnswerer) Answer(res proto.Message) {
 	n, gs, req, to := f.n, f.gs, f.req, f.to
 	*f = settlingAnswerer{}

@@ -127,6 +127,11 @@ type pidAnswerer struct {
 
 func (a pidAnswerer) Answer(res proto.Message) { a.root.Send(a.to, res) }
 
+// ReplyAddress implements actors.Addressed: a request another node
+// forwarded is answered to that node, and the group keeps its member's
+// takeover window open (coordinator.Group.HeardThroughPeer).
+func (a pidAnswerer) ReplyAddress() string { return a.to.GetAddress() }
+
 // routerActor is the native API's groups actor on a node with several
 // shards: it forwards each request to the groups actor of the request's
 // shard (the sender is kept, so that actor answers the client), and

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/cohort-coord/cohort/actors"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 	"github.com/cohort-coord/cohort/raftfsm"
 	"github.com/cohort-coord/cohort/shard"
@@ -197,5 +199,23 @@ func TestOneShardDataDirStaysOneShard(t *testing.T) {
 	f := callGroups(t, n, &pb.OffsetFetchRequest{GroupId: "kept", Topics: []*pb.TopicPartitions{{Name: "t", Partitions: []int32{0}}}}).(*pb.OffsetFetchResponse)
 	if f.Topics[0].Partitions[0].Offset != 42 {
 		t.Fatalf("offset after reopening: %v", f)
+	}
+}
+
+// A native API request routed to a shard is answered through answerers
+// that keep the sender's address visible, so the group sees a request
+// another node forwarded as one (actors.Addressed).
+func TestRoutedRequestsKeepTheirSenderAddress(t *testing.T) {
+	pid := actor.NewPID("127.0.0.1:7002", "future$1")
+	to := pidAnswerer{to: pid}
+	if got := actors.ReplyAddress(to); got != pid.Address {
+		t.Fatalf("pidAnswerer: address %q, want %q", got, pid.Address)
+	}
+	settling := newSettlingAnswerer(nil, nil, nil, to)
+	if got := actors.ReplyAddress(settling); got != pid.Address {
+		t.Fatalf("settlingAnswerer: address %q, want %q", got, pid.Address)
+	}
+	if got := actors.ReplyAddress(newSettlingAnswerer(nil, nil, nil, nil)); got != "" {
+		t.Fatalf("settlingAnswerer without a sender: address %q, want none", got)
 	}
 }
