@@ -134,7 +134,7 @@ func (a *groupActor) refreshTopics(cg *coordinator.ConsumerGroup) {
 	v, topics := a.env.consumer.catalog()
 	if v != a.consumer.topicsAt {
 		a.consumer.topicsAt = v
-		cg.SetTopics(topics, &a.consumer.fx)
+		cg.SetTopics(topics, a.now, &a.consumer.fx)
 	}
 }
 
@@ -214,11 +214,17 @@ func (a *groupActor) restoreConsumer(ctx actor.Context, recs []*pb.Record) {
 	a.executeConsumer(ctx)
 }
 
-// onConsumerTimer fires a consumer member's timer.
+// onConsumerTimer fires a consumer member's timer, or the group's regex
+// resolution, which first hands the machine the newest catalog: a
+// resolution the refresh interval arms is how a group with no heartbeat
+// learns of the topics created since the last one.
 func (a *groupActor) onConsumerTimer(ctx actor.Context, kind coordinator.ConsumerTimerKind, member string) {
 	cg := a.g.Consumer()
 	if cg == nil || a.consumer.failed != nil {
 		return
+	}
+	if kind == coordinator.ConsumerTimerRegex {
+		a.refreshTopics(cg)
 	}
 	if a.g.ConsumerTimer(kind, member, a.now, &a.consumer.fx, &a.fx) {
 		a.track.cause = CauseExpiry

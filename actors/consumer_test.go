@@ -3,6 +3,7 @@ package actors
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cohort-coord/cohort/coordinator"
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
@@ -418,6 +420,72 @@ func TestConsumerGroupWritesReportedOutOfOrder(t *testing.T) {
 		converge(t, svc, "g", []*consumerMember{a, b})
 		if a.epoch != 2 || b.epoch != 2 || len(a.owned)+len(b.owned) != 6 {
 			t.Fatalf("a %d %v, b %d %v", a.epoch, a.owned, b.epoch, b.owned)
+		}
+	})
+}
+
+// A consumer group's regex through the actor, in virtual time: the join is
+// answered before the regex is resolved, the resolution follows at once;
+// a topic created later that no heartbeat brings to the group is found by
+// the resolution the refresh interval arms (the actor reads the catalog
+// before it resolves), and not before.
+func TestConsumerRegexThroughActor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		version, topics := uint64(1), map[string]int32{"orders-eu": 2, "audit": 3}
+		catalog := func() (uint64, map[string]int32) {
+			mu.Lock()
+			defer mu.Unlock()
+			return version, maps.Clone(topics)
+		}
+		cc := coordinator.DefaultConsumerConfig()
+		cc.RegexRefreshInterval = 30 * time.Second
+		system := actor.NewActorSystem(quietLogs())
+		svc, err := Start(system, Options{Config: testConfig(), Store: raftfsm.NewMemoryStore(), Logger: quietLogger(), Consumer: &cc, Topics: catalog})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer system.Shutdown()
+		defer svc.Stop()
+		describe := func() (int32, string) {
+			d := ask[*pb.ConsumerGroupDescribeResponse](t, svc, &pb.ConsumerGroupDescribeRequest{GroupId: "g"})
+			if len(d.Members) != 1 {
+				t.Fatalf("members %v", d.Members)
+			}
+			return d.GroupEpoch, fmt.Sprint(d.Members[0].TargetAssignment)
+		}
+
+		join := &pb.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: "m", RebalanceTimeoutMs: 30_000,
+			SubscribedTopicRegex: proto.String("orders-.*"), TopicsSet: true, ApiVersion: 1}
+		r := ask[*pb.ConsumerGroupHeartbeatResponse](t, svc, join)
+		if r.ErrorCode != coordinator.ErrNone || r.MemberEpoch != 1 || len(r.Assignment) != 0 {
+			t.Fatalf("join: %v", r)
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if e, target := describe(); e != 2 || target != fmt.Sprint([]*pb.TopicPartitions{{Name: "orders-eu", Partitions: []int32{0, 1}}}) {
+			t.Fatalf("after the first resolution: epoch %d target %s", e, target)
+		}
+		start := time.Now()
+		mu.Lock()
+		version++
+		topics["orders-us"] = 1
+		mu.Unlock()
+		time.Sleep(30*time.Second - time.Since(start) - time.Second)
+		synctest.Wait()
+		if e, _ := describe(); e != 2 {
+			t.Fatalf("29 s after the resolution, before the refresh: epoch %d", e)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		e, target := describe()
+		want := []*pb.TopicPartitions{{Name: "orders-eu", Partitions: []int32{0, 1}}, {Name: "orders-us", Partitions: []int32{0}}}
+		if e != 3 || target != fmt.Sprint(want) {
+			t.Fatalf("at the refresh interval: epoch %d target %s", e, target)
+		}
+		r = ask[*pb.ConsumerGroupHeartbeatResponse](t, svc, &pb.ConsumerGroupHeartbeatRequest{GroupId: "g", MemberId: "m", MemberEpoch: 1, RebalanceTimeoutMs: -1, ApiVersion: 1})
+		if r.ErrorCode != coordinator.ErrNone || r.MemberEpoch != 3 || fmt.Sprint(r.Assignment) != fmt.Sprint(want) {
+			t.Fatalf("heartbeat after the refresh: %v", r)
 		}
 	})
 }

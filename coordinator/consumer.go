@@ -41,6 +41,16 @@ type ConsumerConfig struct {
 	// conversions of non-empty groups are allowed ("" is bidirectional,
 	// Kafka's default). Empty groups convert whatever it says.
 	MigrationPolicy MigrationPolicy
+	// RegexRefreshInterval is group.consumer.regex.refresh.interval.ms: a
+	// group's regexes are resolved again at least this often
+	// (consumer_regex.go). Validate asks for at least
+	// RegexRefreshMinInterval; a zero in a config that is not validated
+	// turns the periodic resolution off.
+	RegexRefreshInterval time.Duration
+	// RegexRefreshMinInterval is the least time between two resolutions of
+	// a group's regexes, whatever asks for one (Kafka's fixed
+	// REGEX_BATCH_REFRESH_MIN_INTERVAL_MS, 10 s; tests shorten it).
+	RegexRefreshMinInterval time.Duration
 }
 
 // MigrationPolicy is Kafka's ConsumerGroupMigrationPolicy.
@@ -76,6 +86,9 @@ func DefaultConsumerConfig() ConsumerConfig {
 		HeartbeatInterval: 5 * time.Second,
 		Assignors:         assignor.ServerAssignors(),
 		MigrationPolicy:   MigrationBidirectional,
+		// Kafka's defaults: 10 minutes, and its fixed 10 s.
+		RegexRefreshInterval:    10 * time.Minute,
+		RegexRefreshMinInterval: 10 * time.Second,
 	}
 }
 
@@ -98,6 +111,12 @@ func (c ConsumerConfig) Validate() error {
 	case "", MigrationBidirectional, MigrationUpgrade, MigrationDowngrade, MigrationDisabled:
 	default:
 		errs = append(errs, fmt.Errorf("consumer group migration policy must be bidirectional, upgrade, downgrade or disabled, got %q", c.MigrationPolicy))
+	}
+	if c.RegexRefreshMinInterval < 0 {
+		errs = append(errs, fmt.Errorf("consumer group regex refresh minimum interval must not be negative, got %v", c.RegexRefreshMinInterval))
+	}
+	if c.RegexRefreshInterval <= 0 || c.RegexRefreshInterval < c.RegexRefreshMinInterval {
+		errs = append(errs, fmt.Errorf("consumer group regex refresh interval must be positive and at least %v, got %v", c.RegexRefreshMinInterval, c.RegexRefreshInterval))
 	}
 	seen := map[string]bool{}
 	for _, a := range c.Assignors {
@@ -186,6 +205,9 @@ const (
 	// ConsumerTimerSync fences a classic member that did not send SyncGroup
 	// within its rebalance timeout after its JoinGroup.
 	ConsumerTimerSync
+	// ConsumerTimerRegex resolves the group's regexes against the catalog
+	// (consumer_regex.go); its Member is empty.
+	ConsumerTimerRegex
 )
 
 // ConsumerTimer arms (Cancel false) or cancels the timer of one member.
@@ -238,6 +260,7 @@ type ConsumerGroup struct {
 	topics  map[string]int32 // the catalog: topic -> partition count
 	sig     string           // subscribedSignature at the last bump
 	regexes map[string]*regexp.Regexp
+	regex   regexState // resolved regexes (consumer_regex.go)
 }
 
 type tpKey struct {
@@ -281,6 +304,7 @@ func NewConsumerGroup(id string, cfg *ConsumerConfig, topics map[string]int32) *
 		owners:  map[tpKey]partitionOwner{},
 		topics:  topics,
 		regexes: map[string]*regexp.Regexp{},
+		regex:   regexState{resolved: map[string][]string{}},
 	}
 }
 

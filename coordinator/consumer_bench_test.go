@@ -112,3 +112,99 @@ func BenchmarkConsumerScaleOut(b *testing.B) {
 	}
 	b.ReportMetric(float64(rounds)/float64(b.N), "rounds/op")
 }
+
+// cgRegexBenchGroup builds a converged group of 10 members subscribed by
+// the regex "orders-.*", which matches 10 topics of 4 partitions; the
+// catalog holds those and catalog-10 topics the regex does not match.
+func cgRegexBenchGroup(b *testing.B, catalog int) (*ConsumerGroup, []*cgBenchClient, time.Time) {
+	cfg := DefaultConsumerConfig()
+	topics := map[string]int32{}
+	for t := range 10 {
+		topics[fmt.Sprintf("orders-%02d", t)] = 4
+	}
+	for t := range catalog - 10 {
+		topics[fmt.Sprintf("other-%05d", t)] = 4
+	}
+	g := NewConsumerGroup("g", &cfg, topics)
+	now := cgT0
+	var clients []*cgBenchClient
+	var fx ConsumerEffects
+	for i := range 10 {
+		c := &cgBenchClient{id: fmt.Sprintf("member-%05d", i), held: tpSet{}}
+		clients = append(clients, c)
+		fx.Reset()
+		c.apply(b, g.Heartbeat(cgRegexJoin(c.id, "orders-.*"), now, &fx))
+	}
+	fx.Reset()
+	g.OnTimer(ConsumerTimerRegex, "", now, &fx) // the joins' resolution
+	converge(b, g, clients, now)
+	if got := len(g.regex.resolved["orders-.*"]); got != 10 {
+		b.Fatalf("the regex resolved to %d topics", got)
+	}
+	return g, clients, now
+}
+
+// BenchmarkConsumerRegexHeartbeat: heartbeats of members subscribed by a
+// regex, with 10 and with 10,000 topics in the catalog (the regex matches
+// 10 of them either way). keepalive: nothing changed, owned partitions not
+// sent; full: owned partitions sent; join-leave: a member joins with the
+// regex (resolved already: an epoch bump and a new target) and leaves
+// (another), two heartbeats per op. The catalog's size should not show:
+// a heartbeat never matches the regex against it, and allocates the same
+// (join-leave runs slower over the large catalog only by the collector's
+// marking of the bigger heap that holds it).
+//
+//	go test -run '^$' -bench ConsumerRegexHeartbeat -benchmem -count=5 ./coordinator/
+func BenchmarkConsumerRegexHeartbeat(b *testing.B) {
+	for _, catalog := range []int{10, 10_000} {
+		b.Run(fmt.Sprintf("keepalive/catalog=%d", catalog), func(b *testing.B) {
+			g, clients, now := cgRegexBenchGroup(b, catalog)
+			var fx ConsumerEffects
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				c := clients[i%len(clients)]
+				fx.Reset()
+				if r := g.Heartbeat(cgBeat(c.id, c.epoch, nil), now, &fx); r.ErrorCode != ErrNone {
+					b.Fatal(r.ErrorMessage)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("full/catalog=%d", catalog), func(b *testing.B) {
+			g, clients, now := cgRegexBenchGroup(b, catalog)
+			var fx ConsumerEffects
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				c := clients[i%len(clients)]
+				fx.Reset()
+				req := cgBeat(c.id, c.epoch, c.held.list())
+				req.RebalanceTimeoutMs, req.SubscribedTopicRegex = 30000, strp("orders-.*")
+				if r := g.Heartbeat(req, now, &fx); r.ErrorCode != ErrNone {
+					b.Fatal(r.ErrorMessage)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("join-leave/catalog=%d", catalog), func(b *testing.B) {
+			g, _, now := cgRegexBenchGroup(b, catalog)
+			var fx ConsumerEffects
+			epoch := g.Epoch()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				fx.Reset()
+				if r := g.Heartbeat(cgRegexJoin("joiner", "orders-.*"), now, &fx); r.ErrorCode != ErrNone {
+					b.Fatal(r.ErrorMessage)
+				}
+				fx.Reset()
+				if r := g.Heartbeat(cgBeat("joiner", -1, nil), now, &fx); r.ErrorCode != ErrNone {
+					b.Fatal(r.ErrorMessage)
+				}
+			}
+			b.StopTimer()
+			if g.Epoch() != epoch+int32(2*b.N) || g.regex.runs != 1 {
+				b.Fatalf("epoch %d after %d resolutions, want %d after 1", g.Epoch(), g.regex.runs, epoch+int32(2*b.N))
+			}
+		})
+	}
+}

@@ -8,7 +8,8 @@
 //     fx.Records (replicated, in order) and only then sends the response;
 //   - OnTimer(kind, member, now, fx) when a ConsumerTimer fires (a stale
 //     fire is ignored or re-armed for the rest);
-//   - SetTopics(topics, fx) when the catalog changes (topic -> partitions);
+//   - SetTopics(topics, now, fx) when the catalog changes (topic ->
+//     partitions), and before the regex timer (ConsumerTimerRegex) fires;
 //   - RestoreConsumerGroup(records) then ArmAll(now, fx) after a takeover.
 //
 // Rules, as Kafka's group coordinator applies them (issue 30 links the
@@ -33,9 +34,13 @@
 //     INVALID_REQUEST, and the kgo member could not restart within its
 //     session), and INVALID_REQUEST otherwise, as in Kafka.
 //   - A new member, a removed member, a changed subscription (names, regex,
-//     preferred assignor) or a change of the subscribed topics in the
-//     catalog bumps the group epoch; the target assignment is computed at
-//     once (assignment interval 0) by the assignor most members prefer.
+//     preferred assignor), a change of the subscribed topics in the
+//     catalog or a regex resolution that finds other topics bumps the group
+//     epoch; the target assignment is computed at once (assignment interval
+//     0) by the assignor most members prefer.
+//   - Regexes are resolved off the heartbeat path, batched per group, at
+//     most once per RegexRefreshMinInterval (consumer_regex.go): a member
+//     with a new regex gets its topics at the resolution its join arms.
 //   - Each member reconciles on its own heartbeats (Kafka's
 //     CurrentAssignmentBuilder): STABLE at its epoch; UNREVOKED_PARTITIONS
 //     keeps its old epoch and must stop reporting the partitions being
@@ -100,9 +105,9 @@
 //
 // Where Kafka versions differ, this machine does as Kafka 4.0-4.2 for the
 // first epoch (a new group's first member gets epoch 1; trunk gives 2) and
-// as trunk for rejoins. Simplifications to revisit: regexes are resolved
-// synchronously against the catalog (Kafka resolves them asynchronously,
-// batched), with no per-principal filtering; the subscribed-topics signature
+// as trunk for rejoins. Simplifications to revisit: regexes have no
+// per-principal filtering, and their resolutions are rebuilt on a takeover
+// rather than replicated (consumer_regex.go); the subscribed-topics signature
 // (names and partition counts) stands in for Kafka's metadata hash (no
 // racks); topics are named, so a topic deleted and created again under the
 // same name between two catalog updates is not noticed.
@@ -137,6 +142,6 @@
 // Left to do: Kafka 4.3's
 // per-partition commit check (KIP-1251: a commit at an older epoch for
 // partitions the member still holds) in place of 4.0's epoch equality;
-// rack-aware assignment; asynchronous, batched regex resolution.
+// rack-aware assignment.
 
 package coordinator

@@ -26,6 +26,10 @@ type cgHarness struct {
 	removedBy map[ConsumerTimerKind]int
 	// replayEvery: replay the records at every n-th check (1 when zero).
 	replayEvery, checks int
+	// ownerTopics, when set, is a catalog the owner holds but has not
+	// handed the group yet: it does so when the regex timer fires, as the
+	// group actor does (it reads the catalog before every regex fire).
+	ownerTopics map[string]int32
 }
 
 type cgTimerKey struct {
@@ -68,7 +72,7 @@ func (h *cgHarness) hb(req *ConsumerHeartbeatRequest) ConsumerHeartbeatResponse 
 func (h *cgHarness) setTopics(topics map[string]int32) {
 	var fx ConsumerEffects
 	h.topics = topics
-	h.g.SetTopics(topics, &fx)
+	h.g.SetTopics(topics, h.now, &fx)
 	h.apply(&fx)
 }
 
@@ -94,6 +98,10 @@ func (h *cgHarness) advance(d time.Duration) {
 		h.now = h.timers[*next]
 		delete(h.timers, *next)
 		var fx ConsumerEffects
+		if next.kind == ConsumerTimerRegex && h.ownerTopics != nil {
+			h.topics, h.ownerTopics = h.ownerTopics, nil
+			h.g.SetTopics(h.topics, h.now, &fx)
+		}
 		if h.g.OnTimer(next.kind, next.member, h.now, &fx) {
 			h.removed = append(h.removed, next.member)
 			if h.removedBy != nil {

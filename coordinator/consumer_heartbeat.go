@@ -205,6 +205,11 @@ func (g *ConsumerGroup) heartbeat(req *ConsumerHeartbeatRequest, now time.Time, 
 	m, before := g.putMember(m, replaced, upd, fx)
 	if m.regex != "" {
 		g.compile(m.regex)
+		if _, ok := g.regex.resolved[m.regex]; !ok {
+			// A regex the group has not resolved: the member gets its
+			// topics from the resolution this arms (consumer_regex.go).
+			g.requestResolution(now, fx)
+		}
 	}
 	if before.regex != m.regex {
 		g.dropUnusedRegex(before.regex)

@@ -142,6 +142,8 @@ func (t ConsumerTimer) Key() TimerKey {
 		k = TimerConsumerJoin
 	case ConsumerTimerSync:
 		k = TimerConsumerSync
+	case ConsumerTimerRegex:
+		k = TimerConsumerRegex
 	}
 	return TimerKey{Kind: k, Member: t.Member}
 }
@@ -158,6 +160,8 @@ func (k TimerKey) ConsumerKind() (kind ConsumerTimerKind, ok bool) {
 		return ConsumerTimerJoin, true
 	case TimerConsumerSync:
 		return ConsumerTimerSync, true
+	case TimerConsumerRegex:
+		return ConsumerTimerRegex, true
 	}
 	return 0, false
 }

@@ -44,19 +44,18 @@ func (g *ConsumerGroup) maybeAssign(fx *ConsumerEffects) {
 }
 
 // subscribed returns the topics member m subscribes to: its names and the
-// existing topics its regex matches (full match), sorted.
+// topics the group's last resolution of its regex found (consumer_regex.go),
+// sorted. It never looks at the catalog.
 func (g *ConsumerGroup) subscribed(m *consumerMember) []string {
 	if m.regex == "" {
 		return m.topics
 	}
-	out := slices.Clone(m.topics)
-	if re := g.compile(m.regex); re != nil {
-		for t := range g.topics {
-			if re.MatchString(t) {
-				out = append(out, t)
-			}
-		}
+	matched := g.regex.resolved[m.regex]
+	if len(m.topics) == 0 {
+		return matched
 	}
+	out := make([]string, 0, len(m.topics)+len(matched))
+	out = append(append(out, m.topics...), matched...)
 	slices.Sort(out)
 	return slices.Compact(out)
 }
@@ -93,11 +92,13 @@ func (g *ConsumerGroup) subscribedSignature() string {
 	return b.String()
 }
 
-// SetTopics replaces the catalog (topic -> partition count). When a topic
-// the group subscribes to appears, disappears or grows, the group epoch is
-// bumped and a new target computed; members pick it up at their next
-// heartbeat.
-func (g *ConsumerGroup) SetTopics(topics map[string]int32, fx *ConsumerEffects) {
+// SetTopics replaces the catalog (topic -> partition count) at now. When a
+// topic the group subscribes to disappears or grows, or a topic it names
+// appears, the group epoch is bumped and a new target computed; members
+// pick it up at their next heartbeat. A group with regexes resolves them
+// again (consumer_regex.go): a topic they match that appeared is assigned
+// then.
+func (g *ConsumerGroup) SetTopics(topics map[string]int32, now time.Time, fx *ConsumerEffects) {
 	g.topics = topics
 	if g.epoch == 0 || len(g.members) == 0 {
 		return
@@ -105,6 +106,9 @@ func (g *ConsumerGroup) SetTopics(topics map[string]int32, fx *ConsumerEffects) 
 	if g.subscribedSignature() != g.sig {
 		g.bump(fx)
 		g.maybeAssign(fx)
+	}
+	if g.hasRegexes() {
+		g.requestResolution(now, fx)
 	}
 }
 
@@ -217,7 +221,9 @@ func (g *ConsumerGroup) remove(m *consumerMember, fx *ConsumerEffects) {
 	g.dropUnusedRegex(m.regex)
 }
 
-// dropUnusedRegex forgets a compiled regex no member uses any more.
+// dropUnusedRegex forgets a regex no member uses any more: its compiled
+// form and its resolution (a member that brings it back waits for a new
+// one, as in Kafka, which deletes the resolution with its last member).
 func (g *ConsumerGroup) dropUnusedRegex(expr string) {
 	if expr == "" {
 		return
@@ -228,12 +234,17 @@ func (g *ConsumerGroup) dropUnusedRegex(expr string) {
 		}
 	}
 	delete(g.regexes, expr)
+	delete(g.regex.resolved, expr)
 }
 
 // OnTimer handles a fired timer at now. It reports whether the member was
 // removed. A fire that no longer applies (the member heartbeated since, left,
 // or finished revoking) is ignored or re-armed for the remaining time.
 func (g *ConsumerGroup) OnTimer(kind ConsumerTimerKind, memberID string, now time.Time, fx *ConsumerEffects) bool {
+	if kind == ConsumerTimerRegex {
+		g.resolveRegexes(now, fx)
+		return false
+	}
 	m := g.members[memberID]
 	if m == nil {
 		return false

@@ -146,13 +146,15 @@ func RestoreConsumerGroup(id string, cfg *ConsumerConfig, topics map[string]int3
 			s.each(func(k tpKey) { g.owners[k] = partitionOwner{member: m.id, epoch: m.epoch} })
 		}
 	}
+	g.restoreResolved()
 	g.sig = g.subscribedSignature()
 	return g
 }
 
 // ArmAll arms every member's session timer (and the rebalance timer of
-// members that are revoking) as if each had just heartbeated; the owner
-// calls it after RestoreConsumerGroup.
+// members that are revoking) as if each had just heartbeated, and a group
+// with regexes resolves them at once (consumer_regex.go); the owner calls
+// it after RestoreConsumerGroup.
 func (g *ConsumerGroup) ArmAll(now time.Time, fx *ConsumerEffects) {
 	for _, id := range g.memberIDs() {
 		m := g.members[id]
@@ -161,6 +163,9 @@ func (g *ConsumerGroup) ArmAll(now time.Time, fx *ConsumerEffects) {
 			m.revokeBefore = now.Add(m.rebalanceTimeout)
 			fx.arm(ConsumerTimerRebalance, m.id, m.rebalanceTimeout)
 		}
+	}
+	if g.hasRegexes() {
+		g.requestResolution(now, fx)
 	}
 }
 

@@ -267,27 +267,41 @@ func TestConsumerRegexAndTopicChanges(t *testing.T) {
 	h := newCGHarness(t, map[string]int32{"orders": 2, "orders-dlq": 1, "x-orders": 1})
 	j := cgJoin("a")
 	j.SubscribedTopicNames, j.SubscribedTopicRegex = nil, strp("orders.*")
+	// The join is answered before its regex is resolved: an epoch and
+	// nothing yet (Kafka's answer to a brand-new regex).
+	wantResp(t, h.hb(j), ErrNone, 1, tps())
+	h.advance(0) // the resolution the new regex asked for
 	// Full match: x-orders does not match.
-	wantResp(t, h.hb(j), ErrNone, 1, tps("orders", 0, 1, "orders-dlq", 0))
-	epoch := h.g.Epoch()
+	wantResp(t, h.hb(cgBeat("a", 1, tps())), ErrNone, 2, tps("orders", 0, 1, "orders-dlq", 0))
 	h.setTopics(map[string]int32{"orders": 2, "orders-dlq": 1, "x-orders": 1, "unrelated": 5})
-	if h.g.Epoch() != epoch {
-		t.Fatal("an unrelated topic bumped the epoch")
+	h.advance(10 * time.Second) // a resolution, 10 s after the last one
+	if h.g.Epoch() != 2 || h.g.regex.runs != 2 {
+		t.Fatalf("an unrelated topic: epoch %d after %d resolutions, want 2 after 2", h.g.Epoch(), h.g.regex.runs)
 	}
+	// Growth is seen at once; a new matching topic at the resolution the
+	// catalog change asks for, 10 s after the last one.
 	h.setTopics(map[string]int32{"orders": 3, "orders-dlq": 1, "orders-new": 1, "x-orders": 1})
-	if h.g.Epoch() != epoch+1 {
-		t.Fatal("growth and a new matching topic did not bump the epoch")
+	if h.g.Epoch() != 3 {
+		t.Fatalf("growth: epoch %d, want 3", h.g.Epoch())
 	}
-	wantResp(t, h.hb(cgBeat("a", epoch, nil)), ErrNone, epoch+1, tps("orders", 0, 1, 2, "orders-dlq", 0, "orders-new", 0))
-	// Deleting a topic revokes it.
+	h.advance(9 * time.Second)
+	if h.g.Epoch() != 3 {
+		t.Fatalf("a resolution within 10 s of the last: epoch %d", h.g.Epoch())
+	}
+	h.advance(time.Second)
+	if h.g.Epoch() != 4 {
+		t.Fatalf("a new matching topic: epoch %d, want 4", h.g.Epoch())
+	}
+	wantResp(t, h.hb(cgBeat("a", 2, nil)), ErrNone, 4, tps("orders", 0, 1, 2, "orders-dlq", 0, "orders-new", 0))
+	// Deleting a topic revokes it at once.
 	h.setTopics(map[string]int32{"orders": 3, "orders-new": 1})
-	r := h.hb(cgBeat("a", epoch+1, tps("orders", 0, 1, 2, "orders-dlq", 0, "orders-new", 0)))
-	wantResp(t, r, ErrNone, epoch+1, tps("orders", 0, 1, 2, "orders-new", 0))
-	wantResp(t, h.hb(cgBeat("a", epoch+1, tps("orders", 0, 1, 2, "orders-new", 0))), ErrNone, epoch+2, nil)
+	r := h.hb(cgBeat("a", 4, tps("orders", 0, 1, 2, "orders-dlq", 0, "orders-new", 0)))
+	wantResp(t, r, ErrNone, 4, tps("orders", 0, 1, 2, "orders-new", 0))
+	wantResp(t, h.hb(cgBeat("a", 4, tps("orders", 0, 1, 2, "orders-new", 0))), ErrNone, 5, nil)
 	// Switching to names drops the regex topics.
-	b := cgBeat("a", epoch+2, tps("orders", 0, 1, 2, "orders-new", 0))
+	b := cgBeat("a", 5, tps("orders", 0, 1, 2, "orders-new", 0))
 	b.SubscribedTopicNames, b.SubscribedTopicRegex = []string{"orders"}, strp("")
-	wantResp(t, h.hb(b), ErrNone, epoch+2, tps("orders", 0, 1, 2))
+	wantResp(t, h.hb(b), ErrNone, 5, tps("orders", 0, 1, 2))
 }
 
 func TestConsumerLeaveAndEmptyGroup(t *testing.T) {
@@ -317,8 +331,9 @@ func TestConsumerConfigValidate(t *testing.T) {
 	bad.HeartbeatInterval = bad.SessionTimeout
 	bad.MaxSize = -1
 	bad.Assignors = append(bad.Assignors, bad.Assignors[0])
+	bad.RegexRefreshInterval = 5 * time.Second // below Kafka's 10 s
 	err := bad.Validate()
-	for _, want := range []string{"heartbeat interval", "max size", "listed twice"} {
+	for _, want := range []string{"heartbeat interval", "max size", "listed twice", "regex refresh interval must be positive and at least 10s, got 5s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v does not mention %q", err, want)
 		}

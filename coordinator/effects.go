@@ -49,6 +49,9 @@ const (
 	// ConsumerTimerSync).
 	TimerConsumerJoin
 	TimerConsumerSync
+	// TimerConsumerRegex is a consumer group's regex resolution
+	// (ConsumerTimerRegex); its key has no member.
+	TimerConsumerRegex
 )
 
 func (k TimerKind) String() string {
@@ -71,6 +74,8 @@ func (k TimerKind) String() string {
 		return "consumer-join"
 	case TimerConsumerSync:
 		return "consumer-sync"
+	case TimerConsumerRegex:
+		return "consumer-regex"
 	}
 	return "unknown"
 }

@@ -175,7 +175,7 @@ func (d *cgDriver) step() []coordinator.ConsumerRecord {
 		}
 		d.topics = next
 		var fx coordinator.ConsumerEffects
-		d.g.SetTopics(next, &fx)
+		d.g.SetTopics(next, d.now, &fx)
 		return d.effects(&fx)
 	default:
 		return d.advance(time.Duration(1+d.r.IntN(10)) * time.Second)

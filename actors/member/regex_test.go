@@ -52,6 +52,7 @@ func TestRegexSubscription(t *testing.T) {
 		cfg := testnode.Config(t)
 		cfg.Kafka.ConsumerProtocol = true
 		cfg.Consumer.SessionTimeout, cfg.Consumer.HeartbeatInterval = 6*time.Second, 300*time.Millisecond
+		cfg.Consumer.RegexRefreshInterval, cfg.Consumer.RegexRefreshMinInterval = regexRefresh, regexRefreshMin
 		n := testnode.Start(t, cfg)
 		create := func(name string, parts int32) {
 			if err := n.Topics().Propose(context.Background(), catalog.CreateTopic{Name: name, ID: catalog.NewTopicID(), Partitions: parts}); err != nil {
@@ -116,6 +117,12 @@ func regexScenario(t *testing.T, system *actor.ActorSystem, transport member.Opt
 	}
 }
 
+// The coordinator's regex resolution timing in these tests: Kafka's 10
+// minutes and 10 s, shortened (a topic created after the join is assigned
+// at the resolution the catalog change asks for, no sooner than
+// regexRefreshMin after the one before).
+const regexRefresh, regexRefreshMin = 2 * time.Second, 500 * time.Millisecond
+
 // regexCoordinator is inProcessCoordinator over the catalog topics reads.
 func regexCoordinator(t *testing.T, topics func() (uint64, map[string]int32)) *actor.ActorSystem {
 	t.Helper()
@@ -123,6 +130,7 @@ func regexCoordinator(t *testing.T, topics func() (uint64, map[string]int32)) *a
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
 	cc := coordinator.DefaultConsumerConfig()
 	cc.SessionTimeout, cc.HeartbeatInterval = 6*time.Second, 300*time.Millisecond
+	cc.RegexRefreshInterval, cc.RegexRefreshMinInterval = regexRefresh, regexRefreshMin
 	cfg := coordinator.DefaultConfig()
 	svc, err := actors.Start(system, actors.Options{Config: cfg, Store: raftfsm.NewMemoryStore(), Logger: quiet, Consumer: &cc, Topics: topics})
 	if err != nil {

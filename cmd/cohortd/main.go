@@ -114,6 +114,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.DurationVar(&cc.HeartbeatInterval, "group-consumer-heartbeat-interval", cc.HeartbeatInterval, "heartbeat interval given to consumer-protocol members (group.consumer.heartbeat.interval.ms)")
 	fs.IntVar(&cc.MaxSize, "group-consumer-max-size", cc.MaxSize, "most members a consumer-protocol group may have, 0 for no limit (group.consumer.max.size)")
 	fs.Var(migrationPolicyFlag{&cc.MigrationPolicy}, "group-consumer-migration-policy", "online migration between the classic and the consumer group protocols of groups with members: bidirectional, upgrade, downgrade or disabled (group.consumer.migration.policy)")
+	fs.DurationVar(&cc.RegexRefreshInterval, "group-consumer-regex-refresh-interval", cc.RegexRefreshInterval, "how often a consumer-protocol group's subscription regexes are resolved again against the topics, at least 10s; catalog changes and new regexes resolve sooner (group.consumer.regex.refresh.interval.ms)")
 	fs.Var(serverAssignorsFlag{&cc.Assignors}, "group-consumer-assignors", "server assignors of consumer-protocol groups, the default first: a comma list of uniform and range (group.consumer.assignors)")
 	takeover := !g.DisableTakeoverWindow
 	fs.BoolVar(&takeover, "group-takeover-window", takeover, "after a failover, a member that rejoins unchanged keeps its generation instead of starting a rebalance (false: Kafka's rules)")

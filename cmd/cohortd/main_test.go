@@ -33,6 +33,18 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		cfg.Group.NewMemberJoinTimeout != 5*time.Minute || cfg.Group.OffsetsRetention != 168*time.Hour {
 		t.Errorf("defaults: %+v", cfg.Group)
 	}
+	if cfg.Consumer.RegexRefreshInterval != 10*time.Minute {
+		t.Errorf("regex refresh interval %v, want Kafka's 10m", cfg.Consumer.RegexRefreshInterval)
+	}
+	cfg, _, err = parseConfig([]string{"--group-consumer-regex-refresh-interval", "30s"},
+		env(map[string]string{"COHORT_GROUP_CONSUMER_REGEX_REFRESH_INTERVAL": "1h"}), &bytes.Buffer{})
+	if err != nil || cfg.Consumer.RegexRefreshInterval != 30*time.Second {
+		t.Errorf("--group-consumer-regex-refresh-interval 30s: %v, %v", cfg.Consumer.RegexRefreshInterval, err)
+	}
+	cfg, _, err = parseConfig(nil, env(map[string]string{"COHORT_GROUP_CONSUMER_REGEX_REFRESH_INTERVAL": "1h"}), &bytes.Buffer{})
+	if err != nil || cfg.Consumer.RegexRefreshInterval != time.Hour {
+		t.Errorf("COHORT_GROUP_CONSUMER_REGEX_REFRESH_INTERVAL=1h: %v, %v", cfg.Consumer.RegexRefreshInterval, err)
+	}
 }
 
 func TestAutoCreateTopicsModes(t *testing.T) {
@@ -76,6 +88,7 @@ func TestInvalidValuesExitWith2(t *testing.T) {
 		{[]string{"--shards", "300"}, nil, "shards must be between 1 and 256"},
 		{[]string{"--shards", "-1"}, nil, "shards must be between 1 and 256"},
 		{nil, map[string]string{"COHORT_SHARDS": "257"}, "shards must be between 1 and 256"},
+		{[]string{"--group-consumer-regex-refresh-interval", "5s"}, nil, "regex refresh interval must be positive and at least 10s, got 5s"},
 	}
 	for _, c := range cases {
 		var out bytes.Buffer
