@@ -110,9 +110,8 @@ func (n *testNode) sent() uint64 {
 	return n.frames.Load()
 }
 
-// raftConfig is patient Raft timing (heartbeat, election and leader lease
-// 2 s) on hashicorp/raft's defaults: the test is about the mux, and a
-// loaded machine turns shorter timings into lost leaderships.
+// raftConfig is raftfsm.DefaultConfig's timing (heartbeat, election and
+// leader lease 2 s) on hashicorp/raft's defaults.
 func raftConfig(id string) *raft.Config {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
