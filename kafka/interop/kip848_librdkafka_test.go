@@ -423,7 +423,7 @@ func (g *rdkGroup) checkEnd(t *testing.T) {
 		failed += f
 		for _, a := range as {
 			commits++
-			for part, off := range a {
+			for part, off := range a.Offsets {
 				acked[part] = max(acked[part], off)
 			}
 		}

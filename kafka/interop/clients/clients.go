@@ -365,7 +365,7 @@ type Proc struct {
 	// acks are the commits the library acknowledged (partition -> offset),
 	// commitFailed how many it reported failed, where the driver says
 	// (the librdkafka consumer-protocol driver does).
-	acks         []map[int32]int64
+	acks         []Ack
 	commitFailed int
 	logs         []string
 	stderr       bytes.Buffer
@@ -399,9 +399,15 @@ func (p *Proc) Rejected() int {
 	return p.rejected
 }
 
-// Acks returns the commits the library acknowledged so far (each a
-// partition -> offset map) and how many commits it reported failed.
-func (p *Proc) Acks() (acked []map[int32]int64, failed int) {
+// Ack is one commit the library acknowledged.
+type Ack struct {
+	Offsets  map[int32]int64 // partition -> offset
+	Sent, At int64           // CLOCK_MONOTONIC nanoseconds: committed, acknowledged
+}
+
+// Acks returns the commits the library acknowledged so far and how many
+// commits it reported failed.
+func (p *Proc) Acks() (acked []Ack, failed int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.acks), p.commitFailed
@@ -511,13 +517,19 @@ func (p *Proc) read(stdout io.Reader) {
 			p.reports = append(p.reports, r)
 			p.mu.Unlock()
 		case m["acked"] != nil:
-			acked := map[int32]int64{}
+			a := Ack{Offsets: map[int32]int64{}}
 			for k, v := range m["acked"].(map[string]any) {
 				p, _ := strconv.Atoi(k)
-				acked[int32(p)] = int64(v.(float64))
+				a.Offsets[int32(p)] = int64(v.(float64))
+			}
+			if t, ok := m["sent"].(float64); ok {
+				a.Sent = int64(t)
+			}
+			if t, ok := m["t"].(float64); ok {
+				a.At = int64(t)
 			}
 			p.mu.Lock()
-			p.acks = append(p.acks, acked)
+			p.acks = append(p.acks, a)
 			p.mu.Unlock()
 		case m["commit_failed"] != nil:
 			p.mu.Lock()

@@ -122,7 +122,8 @@ function commit () {
   if (inflight) return inflight.then(commit, commit)
   const ps = sorted(owned)
   if (ps.length === 0) return Promise.resolve({})
-  const off = Math.floor(now() / 1000)
+  const sent = now()
+  const off = Math.floor(sent / 1000)
   const offsets = ps.map((p) => ({ topic, partition: p, offset: off }))
   inflight = new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -143,7 +144,7 @@ function commit () {
   }).then(() => {
     const acked = {}
     ps.forEach((p) => { acked[String(p)] = off })
-    emit({ acked, t: now() })
+    emit({ acked, sent, t: now() })
     return acked
   }).finally(() => { inflight = null })
   return inflight
