@@ -415,6 +415,13 @@ func (g *rdkGroup) checkEnd(t *testing.T) {
 	if len(bad) > 0 {
 		t.Fatalf("%s: %d findings:\n%s", g.tg.name, len(bad), strings.Join(bad, "\n"))
 	}
+	for _, p := range g.all {
+		for _, l := range p.Logs() {
+			if strings.Contains(l, "never assigned") || strings.Contains(l, "assign: ") {
+				t.Logf("%s: %s: %s", g.tg.name, p.Name, strings.TrimPrefix(l, "<nil> "))
+			}
+		}
+	}
 
 	acked := map[int32]int64{}
 	commits, failed := 0, 0

@@ -84,9 +84,15 @@ function onRebalance (err, assignment) {
   }
   if (err && err.code === ERR.ERR__REVOKE_PARTITIONS) {
     const lost = this.assignmentLost()
+    // A revocation may name partitions whose assignment never reached the
+    // application (its assign call refused while closing): those it never
+    // held.
+    const never = mine.filter((p) => !owned.has(p))
+    if (never.length > 0) emit({ log: 'revoked ' + JSON.stringify(never) + ', never assigned to the application' })
+    const held = mine.filter((p) => owned.has(p))
     // No commit started from now on names them; the one in flight, if any,
     // is answered before they are given up.
-    mine.forEach((p) => owned.delete(p))
+    held.forEach((p) => owned.delete(p))
     const release = () => {
       try {
         if (incremental) this.incrementalUnassign(assignment)
@@ -94,7 +100,7 @@ function onRebalance (err, assignment) {
       } catch (e) {
         emit({ log: 'unassign: ' + e.message })
       }
-      emit({ ev: lost ? 'lost' : 'revoked', parts: mine, t0, t: now() })
+      emit({ ev: lost ? 'lost' : 'revoked', parts: held, t0, t: now() })
       report(lost ? 'lost' : 'revoke')
     }
     if (inflight) inflight.then(release, release)
