@@ -418,7 +418,7 @@ func (g *rdkGroup) checkEnd(t *testing.T) {
 	for _, p := range g.all {
 		for _, l := range p.Logs() {
 			if strings.Contains(l, "never assigned") || strings.Contains(l, "assign: ") {
-				t.Logf("%s: %s: %s", g.tg.name, p.Name, strings.TrimPrefix(l, "<nil> "))
+				t.Logf("%s: %s: %s", g.tg.name, p.Name, strings.TrimPrefix(l, "<nil>"))
 			}
 		}
 	}
