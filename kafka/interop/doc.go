@@ -1,7 +1,7 @@
 // Package interop holds the interoperability tests of the Kafka listener:
 // real Kafka client libraries (franz-go, IBM/sarama, librdkafka through
-// confluent-kafka-python, kafka-python, kafkajs) run consumer groups against a
-// cohortd process. The package has no non-test code.
+// confluent-kafka-python and through @confluentinc/kafka-javascript,
+// kafka-python, kafkajs) run consumer groups against a cohortd process. The package has no non-test code.
 //
 // The KIP-848 scenarios (kip848_test.go) run unmodified kgo consumers in
 // this process with the consumer group protocol (kgo.ServerSideBalancer),
@@ -15,6 +15,15 @@
 // not serve ConsumerGroupHeartbeat v1 (kgo would silently run the classic
 // protocol); a target that lists it and then serves the classic protocol
 // fails them.
+//
+// The librdkafka scenario (kip848_librdkafka_test.go) is a second client
+// family on the consumer group protocol: librdkafka 2.15 with
+// group.protocol=consumer through @confluentinc/kafka-javascript, one
+// process per consumer (testdata/kafka_javascript_client.js, installed and
+// built from source by the clients package), with classic librdkafka
+// members joining its group; its ownership log comes from the consumers'
+// rebalance callbacks, and a commit counts only when librdkafka's
+// offset_commit_cb acknowledged it.
 //
 // The migration scenarios (kip848_migrate_test.go) roll classic kgo
 // consumers to the consumer group protocol and back, one at a time, and

@@ -1,14 +1,16 @@
 // Package clients runs real Kafka consumer-group clients as child processes
 // for tests outside the interop package (the cluster tests): franz-go (kgo),
-// IBM/sarama, librdkafka through confluent-kafka-python, kafka-python and
-// kafkajs. Each client is one process that joins a group, reports every
+// IBM/sarama, librdkafka through confluent-kafka-python, kafka-python,
+// kafkajs, and librdkafka 2.15 through @confluentinc/kafka-javascript (the
+// one family here with the consumer group protocol, KIP-848). Each client is one process that joins a group, reports every
 // assignment change on stdout as a JSON line and obeys commands on stdin
 // (commit [base], fetch, close): the protocol of the drivers in
 // kafka/interop (testdata/*.py, testdata/*.js, and the Go families that the
 // interop test binary runs when COHORT_INTEROP_CLIENT is set).
 //
 // Missing client libraries are installed on first use: Debian packages with
-// apt-get, kafkajs with npm into a cache folder.
+// apt-get, kafkajs and @confluentinc/kafka-javascript with npm into cache
+// folders.
 package clients
 
 import (
@@ -22,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +36,10 @@ const Python = "/usr/bin/python3"
 
 // KafkaJSVersion is the kafkajs release the drivers are tested with.
 const KafkaJSVersion = "2.2.4"
+
+// KafkaJavaScriptVersion is the @confluentinc/kafka-javascript release the
+// consumer-protocol driver is tested with; it bundles librdkafka 2.15.1.
+const KafkaJavaScriptVersion = "1.10.1"
 
 // Family is one client library and how to start one of its consumers.
 type Family struct {
@@ -71,6 +78,11 @@ func NewSetup(root string) (*Setup, error) {
 	}
 	return s, nil
 }
+
+// ScriptSetup is a Setup for the families whose drivers are scripts
+// (Python, Node): it builds nothing, and its Franz and Sarama families do
+// not run.
+func ScriptSetup(root string) *Setup { return &Setup{root: root} }
 
 // Close removes the built drivers.
 func (s *Setup) Close() { os.RemoveAll(s.binDir) }
@@ -112,6 +124,22 @@ func (s *Setup) KafkaJS() (Family, error) {
 		return Family{}, err
 	}
 	return Family{Name: "kafkajs", Assignor: "range", SyncCommits: true, argv: []string{"node", s.testdata("kafkajs_client.js")}, env: []string{"NODE_PATH=" + filepath.Join(dir, "node_modules")}}, nil
+}
+
+// LibrdkafkaNode is librdkafka 2.15 through @confluentinc/kafka-javascript
+// (its node-rdkafka API, KafkaConsumer), with group.protocol set to protocol:
+// "consumer" (KIP-848; the server assigns) or "classic" (with assignor).
+// Its driver reports every ownership change with both ends of the callback
+// on CLOCK_MONOTONIC (OwnEvent) and counts a commit only when librdkafka's
+// offset_commit_cb reports it without error (Proc.Acks).
+func (s *Setup) LibrdkafkaNode(protocol, assignor string) (Family, error) {
+	dir, err := EnsureKafkaJavaScript()
+	if err != nil {
+		return Family{}, err
+	}
+	name := "librdkafka-" + protocol
+	return Family{Name: name, Assignor: assignor, SyncCommits: true, argv: []string{"node", s.testdata("kafka_javascript_client.js")},
+		env: []string{"NODE_PATH=" + filepath.Join(dir, "node_modules"), "GROUP_PROTOCOL=" + protocol}}, nil
 }
 
 var aptMu sync.Mutex
@@ -179,6 +207,108 @@ func EnsureKafkaJS() (string, error) {
 	return dir, nil
 }
 
+// kafkaJavaScriptBuild is what building @confluentinc/kafka-javascript
+// from source needs from Debian: a C and C++ toolchain, python3 for
+// node-gyp, and OpenSSL and zlib, which librdkafka links when present (for
+// TLS and gzip, as users have it). librdkafka's configure takes the rest
+// (SASL, zstd, curl) as optional and builds without them.
+var kafkaJavaScriptBuild = []string{"g++", "make", "python3", "libssl-dev", "zlib1g-dev"}
+
+// EnsureKafkaJavaScript installs @confluentinc/kafka-javascript into a
+// cache folder (kept between runs) and returns the folder holding
+// node_modules. The package's install step would download a prebuilt
+// binary from outside the package registries; it is told to build from
+// source instead (npm_config_build_from_source), with the installed Node
+// headers (npm_config_nodedir) and librdkafka linked dynamically against
+// the system's libraries (CKJS_LINKING=dynamic: the static build would
+// download its dependencies' sources). The build takes minutes; a file
+// lock keeps test processes that need it at once from building it twice.
+func EnsureKafkaJavaScript() (string, error) {
+	if err := EnsureCommand("node", "nodejs npm"); err != nil {
+		return "", err
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "cohort-kafka-javascript-"+KafkaJavaScriptVersion)
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if kafkaJavaScriptLoads(dir) == nil {
+		return dir, nil
+	}
+	if err := ensureWith(strings.Join(kafkaJavaScriptBuild, " "), debInstalled(kafkaJavaScriptBuild)); err != nil {
+		return "", err
+	}
+	// A partial folder (an interrupted build, another Node) is built anew.
+	if err := os.RemoveAll(dir); err != nil {
+		return "", err
+	}
+	pkg := "@confluentinc/kafka-javascript@" + KafkaJavaScriptVersion
+	npm := exec.Command("npm", "install", "--no-save", "--no-package-lock", "--no-audit", "--no-fund", "--prefix", dir, pkg)
+	npm.Env = append(os.Environ(), "npm_config_build_from_source=true", "npm_config_nodedir="+nodeDir(), "CKJS_LINKING=dynamic")
+	if out, err := npm.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("npm install %s (built from source) failed: %v\n%s", pkg, err, out)
+	}
+	if err := kafkaJavaScriptLoads(dir); err != nil {
+		return "", fmt.Errorf("%s installed but does not load: %w", pkg, err)
+	}
+	return dir, nil
+}
+
+// debInstalled returns a check that every one of the Debian packages is
+// installed.
+func debInstalled(pkgs []string) func() error {
+	return func() error {
+		out, err := exec.Command("dpkg-query", append([]string{"-W", "-f", "${db:Status-Status} "}, pkgs...)...).Output()
+		if err != nil {
+			return fmt.Errorf("dpkg-query %v: %w", pkgs, err)
+		}
+		for i, st := range strings.Fields(string(out)) {
+			if st != "installed" {
+				return fmt.Errorf("package %s is %s", pkgs[i], st)
+			}
+		}
+		return nil
+	}
+}
+
+// nodeDir is the prefix whose include/node holds the running Node's
+// headers (Debian's and NodeSource's packages install them under /usr), so
+// that node-gyp does not download them.
+func nodeDir() string {
+	out, err := exec.Command("node", "-p", "require('path').resolve(process.execPath, '../..')").Output()
+	if err != nil {
+		return "/usr"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// kafkaJavaScriptLoads checks that the package in dir is the version wanted
+// and that its native module loads in the running Node (a Node of another
+// ABI does not load it).
+func kafkaJavaScriptLoads(dir string) error {
+	pkg := filepath.Join(dir, "node_modules", "@confluentinc", "kafka-javascript")
+	if v := installedVersion(filepath.Join(pkg, "package.json")); v != KafkaJavaScriptVersion {
+		return fmt.Errorf("version %q, want %s", v, KafkaJavaScriptVersion)
+	}
+	cmd := exec.Command("node", "-e", "require(process.argv[1])", pkg)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}
+
 func installedVersion(packageJSON string) string {
 	b, err := os.ReadFile(packageJSON)
 	if err != nil {
@@ -232,8 +362,13 @@ type Proc struct {
 	reports  []Report
 	events   []OwnEvent
 	rejected int
-	logs     []string
-	stderr   bytes.Buffer
+	// acks are the commits the library acknowledged (partition -> offset),
+	// commitFailed how many it reported failed, where the driver says
+	// (the librdkafka consumer-protocol driver does).
+	acks         []Ack
+	commitFailed int
+	logs         []string
+	stderr       bytes.Buffer
 }
 
 // OwnEvent is a timestamped ownership change a driver reported from its
@@ -241,9 +376,12 @@ type Proc struct {
 // callback starts, a revocation or loss when its callback returns.
 type OwnEvent struct {
 	Client string
-	Kind   string // assigned, revoked, lost
+	Kind   string // assigned, revoked, lost, closed
 	Parts  []int32
-	At     int64 // unix nanoseconds
+	At     int64 // nanoseconds: unix time, or CLOCK_MONOTONIC where Begin is set
+	// Begin is when the callback was called, where the driver says
+	// (CLOCK_MONOTONIC nanoseconds, as At then); At is when it returned.
+	Begin int64
 }
 
 // Events returns the ownership changes reported so far.
@@ -259,6 +397,20 @@ func (p *Proc) Rejected() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.rejected
+}
+
+// Ack is one commit the library acknowledged.
+type Ack struct {
+	Offsets  map[int32]int64 // partition -> offset
+	Sent, At int64           // CLOCK_MONOTONIC nanoseconds: committed, acknowledged
+}
+
+// Acks returns the commits the library acknowledged so far and how many
+// commits it reported failed.
+func (p *Proc) Acks() (acked []Ack, failed int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.acks), p.commitFailed
 }
 
 // Logs returns the driver's hello and log lines.
@@ -344,6 +496,9 @@ func (p *Proc) read(stdout io.Reader) {
 			if t, ok := m["t"].(float64); ok {
 				ev.At = int64(t)
 			}
+			if t, ok := m["t0"].(float64); ok {
+				ev.Begin = int64(t)
+			}
 			p.mu.Lock()
 			p.events = append(p.events, ev)
 			p.mu.Unlock()
@@ -360,6 +515,25 @@ func (p *Proc) read(stdout io.Reader) {
 			r.Event, _ = m["event"].(string)
 			p.mu.Lock()
 			p.reports = append(p.reports, r)
+			p.mu.Unlock()
+		case m["acked"] != nil:
+			a := Ack{Offsets: map[int32]int64{}}
+			for k, v := range m["acked"].(map[string]any) {
+				p, _ := strconv.Atoi(k)
+				a.Offsets[int32(p)] = int64(v.(float64))
+			}
+			if t, ok := m["sent"].(float64); ok {
+				a.Sent = int64(t)
+			}
+			if t, ok := m["t"].(float64); ok {
+				a.At = int64(t)
+			}
+			p.mu.Lock()
+			p.acks = append(p.acks, a)
+			p.mu.Unlock()
+		case m["commit_failed"] != nil:
+			p.mu.Lock()
+			p.commitFailed++
 			p.mu.Unlock()
 		case m["hello"] != nil, m["log"] != nil:
 			p.mu.Lock()
