@@ -64,6 +64,7 @@ deps:
 	@command -v promtool >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null)
 	$(foreach m,$(MODULES),$(GO) -C $(m) mod download$(newline))
+	$(GO) -C kafka/interop run ./clients/install
 
 # Regenerate the protobuf code (protoc from Debian, protoc-gen-go pinned as a tool in go.mod).
 proto:
