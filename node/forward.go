@@ -14,9 +14,8 @@ import (
 	pb "github.com/cohort-coord/cohort/proto/cohort/group/v1"
 )
 
-// A shard this node handed over (on purpose: placement, `cohortctl cluster
-// transfer-leadership --shard`, a graceful shutdown; or lost to an
-// election) keeps its clients: a
+// A shard this node handed over on purpose (placement, `cohortctl cluster
+// transfer-leadership --shard`, a graceful shutdown) keeps its clients: a
 // request for one of its groups that this node would answer
 // NOT_COORDINATOR is forwarded, over the native API, to the shard's new
 // leader, and that node's answer goes back to the client. The client never
@@ -32,12 +31,9 @@ import (
 // the new leader through FindCoordinator. When the node a shard was handed
 // to crashes, the clients still connected here see nothing either: their
 // requests go to whichever node the election makes the shard's leader. A
-// shard lost to an election is forwarded the same way: the node was
-// stopped (a long GC or VM pause) or cut off, its clients' connections
-// lived through it, and a NOT_COORDINATOR would cost them their session as
-// a move's would. (A node that crashed has no shards to forward: it starts
-// again as a follower of all of them, and its clients reconnect and ask
-// for the coordinator.)
+// shard this node lost to an election (it crashed, or was cut off) is not
+// forwarded: its clients saw the connection fail and look for the
+// coordinator again anyway.
 //
 // The other side of a move: a node that leads a shard but does not serve it
 // yet (it is loading the shard's groups after the move, or renewing a
@@ -87,8 +83,8 @@ func (gs *groupShard) serving() bool {
 // settle finds who answers req for a shard in transit. It returns the
 // answer of the shard's new leader, forwarded (ok), or ok false when the
 // local service should answer after all: this node serves the shard (again),
-// or it neither leads nor led the shard since it started (NOT_COORDINATOR
-// is the truth: the client asked the wrong node), or the deadline passed.
+// or it neither leads nor handed over the shard (the leadership moved by an
+// election, and NOT_COORDINATOR is the truth), or the deadline passed.
 // While this node leads but does not serve yet, and while no leader is
 // known, it waits.
 func (n *Node) settle(ctx context.Context, gs *groupShard, req proto.Message, timeout time.Duration) (res proto.Message, ok bool) {
@@ -192,10 +188,6 @@ type settlingAnswerer struct {
 	gs  *groupShard
 	req proto.Message
 	to  coordinator.Answerer
-	// until bounds the settling of a request sent again after its shard
-	// settled (zero on the first send): its lease can lapse again between
-	// the check and the answer, on a starved node.
-	until time.Time
 }
 
 var settlingAnswerers = sync.Pool{New: func() any { return new(settlingAnswerer) }}
@@ -211,15 +203,12 @@ func newSettlingAnswerer(n *Node, gs *groupShard, req proto.Message, to coordina
 func (f *settlingAnswerer) ReplyAddress() string { return actors.ReplyAddress(f.to) }
 
 func (f *settlingAnswerer) Answer(res proto.Message) {
-	n, gs, req, to, until := f.n, f.gs, f.req, f.to, f.until
+	n, gs, req, to := f.n, f.gs, f.req, f.to
 	*f = settlingAnswerer{}
 	settlingAnswerers.Put(f)
-	if !isNotCoordinator(res) || !gs.inTransit() || (!until.IsZero() && time.Now().After(until)) {
+	if !isNotCoordinator(res) || !gs.inTransit() {
 		to.Answer(res)
 		return
-	}
-	if until.IsZero() {
-		until = time.Now().Add(settleWait)
 	}
 	// Not on the answering actor's goroutine: settling waits.
 	go func() {
@@ -228,9 +217,7 @@ func (f *settlingAnswerer) Answer(res proto.Message) {
 			return
 		}
 		if gs.serving() {
-			again := newSettlingAnswerer(n, gs, req, to)
-			again.until = until
-			gs.svc.Send(req, again)
+			gs.svc.Send(req, to)
 			return
 		}
 		to.Answer(res)

@@ -21,55 +21,23 @@ import (
 // A follower starts an election only after it has not heard from its leader
 // for a heartbeat timeout. So when a round of heartbeats sent at t is
 // answered by a quorum, no other leader exists before t + heartbeat timeout;
-// the lease lasts 90% of the lease basis, the heartbeat timeout or
-// leaseBasisMax if shorter (margin for clock-rate drift). It is renewed
-// every fifth of the basis with raft's VerifyLeader, measured on the
-// monotonic clock (which keeps running while the process is stopped), and
-// dropped before this node hands leadership over on purpose (a transfer
+// the lease lasts 90% of that (margin for clock-rate drift). It is renewed
+// every fifth of the heartbeat timeout with raft's VerifyLeader, measured on
+// the monotonic clock (which keeps running while the process is stopped),
+// and dropped before this node hands leadership over on purpose (a transfer
 // elects the target at once, without waiting for a timeout).
-//
-// Two kinds of election do not wait for a heartbeat timeout: a transfer
-// (the old leader drops its lease first) and the one a follower forces
-// when its leader's Raft port refuses connections (raftfsm/takeover.go).
-// A refusal means the old leader's process is gone, but in case it lied (a
-// firewall resetting connections to a live node), a leader elected by an
-// election it forced takes no lease before one lease's validity after it
-// forced it (waitOut): the old leader's lease has run out by then.
 type leaderLease struct {
 	base     time.Time
 	validity time.Duration
 	until    atomic.Int64 // nanoseconds since base; 0: not held
-	// after: a renewal begun before it (nanoseconds since base) is void.
-	after int64
 
 	mu    sync.Mutex
 	epoch uint64 // bumped by every drop: a renewal begun before it is void
 	held  int    // drops in progress (transfers); no renewal while > 0
 }
 
-// leaseBasisMax caps the lease basis. A lease longer than half a second
-// buys little (it is renewed every fifth of it, and a commit renews it
-// too) and would make a leader elected by an election it forced wait that
-// much longer before it answers (waitOut).
-const leaseBasisMax = 500 * time.Millisecond
-
-// leaseBasis is what the lease's validity and renewal period derive from.
-func leaseBasis(heartbeatTimeout time.Duration) time.Duration {
-	return min(heartbeatTimeout, leaseBasisMax)
-}
-
 func newLeaderLease(heartbeatTimeout time.Duration) *leaderLease {
-	return &leaderLease{base: time.Now(), validity: leaseBasis(heartbeatTimeout) * 9 / 10}
-}
-
-// waitOut voids every renewal begun before one validity after forced, when
-// this node forced the election that made it leader.
-func (l *leaderLease) waitOut(forced time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if a := int64(forced.Sub(l.base) + l.validity); a > l.after {
-		l.after = a
-	}
+	return &leaderLease{base: time.Now(), validity: heartbeatTimeout * 9 / 10}
 }
 
 // Held reports whether this node may answer from its own state at now, a
@@ -85,7 +53,7 @@ func (l *leaderLease) Held(now time.Time) bool {
 func (l *leaderLease) renew(start int64, epoch uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.epoch == epoch && l.held == 0 && start >= l.after {
+	if l.epoch == epoch && l.held == 0 {
 		if u := start + int64(l.validity); u > l.until.Load() {
 			l.until.Store(u)
 		}
@@ -135,7 +103,7 @@ func (l *leaderLease) suspend() (resume func()) {
 // renewLease keeps the shard's lease while this node leads it: the commit
 // of every write the shard's store proposes renews it (a quorum
 // acknowledged the entry after it was proposed, see raftfsm.QuorumWatch),
-// and a VerifyLeader round every fifth of the lease basis when no
+// and a VerifyLeader round every fifth of the heartbeat timeout when no
 // commit did within that time (an idle shard, or heartbeats only). A round that
 // takes longer than a heartbeat timeout renews nothing (the lease runs out
 // meanwhile), and the next one starts only after it is answered; the
@@ -144,7 +112,7 @@ func (l *leaderLease) suspend() (resume func()) {
 func (gs *groupShard) renewLease() {
 	n := gs.n
 	defer n.bg.Done()
-	every := leaseBasis(gs.rep.HeartbeatTimeout()) / 5
+	every := gs.rep.HeartbeatTimeout() / 5
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var pending chan error // the round in flight, if any

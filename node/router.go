@@ -38,17 +38,13 @@ func (r *groupRouter) CallWithin(ctx context.Context, req proto.Message, timeout
 	case groupRequest:
 		gs := r.of(m.GetGroupId())
 		res, err := gs.svc.CallWithin(ctx, req, timeout)
-		// Settle while the shard is in transit, up to settleWait in all: a
-		// lease can lapse again between the shard settling and the answer.
-		until := time.Now().Add(settleWait)
-		for err == nil && isNotCoordinator(res) && gs.inTransit() && time.Now().Before(until) {
+		if err == nil && isNotCoordinator(res) && gs.inTransit() {
 			if fwd, ok := r.n.settle(ctx, gs, req, timeout); ok {
 				return fwd, nil
 			}
-			if !gs.serving() {
-				break
+			if gs.serving() {
+				return gs.svc.CallWithin(ctx, req, timeout)
 			}
-			res, err = gs.svc.CallWithin(ctx, req, timeout)
 		}
 		return res, err
 	case *pb.ListGroupsRequest:

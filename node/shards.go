@@ -33,11 +33,9 @@ type groupShard struct {
 	// election it knows of (it had heard from no leader before): the shard
 	// never moved, and placement may move it at once.
 	firstLed atomic.Bool
-	// handedOver is set when this node stops leading the shard, whether it
-	// handed the leadership over on purpose or lost it to an election, and
-	// cleared when it leads the shard again: until then the shard's
-	// requests that reach this node are forwarded to its leader
-	// (forward.go).
+	// handedOver is set when this node hands the shard's leadership over on
+	// purpose, and cleared when it leads the shard again: until then its
+	// requests are forwarded to the leader (forward.go).
 	handedOver atomic.Bool
 }
 
@@ -117,9 +115,6 @@ func (gs *groupShard) watch() {
 				continue
 			}
 			gs.lease.drop()
-			if len(n.shards) > 1 {
-				gs.handedOver.Store(true)
-			}
 			gs.active.Store(false)
 			n.log.Info("leadership lost: group service fenced", gs.attrs()...)
 			if err := gs.svc.Deactivate(activateTimeout); err != nil {
@@ -147,9 +142,6 @@ func (gs *groupShard) onLeader() {
 	// has heard from no leader since it started).
 	previousAlive := gs.rep.LastLeaderContact()
 	gs.firstLed.Store(previousAlive.IsZero())
-	if forced := gs.rep.ForcedElectionAt(); !forced.IsZero() {
-		gs.lease.waitOut(forced)
-	}
 	// The barrier's commit is a quorum's confirmation too: the lease holds
 	// from the moment it was sent.
 	at, epoch := gs.lease.begin()

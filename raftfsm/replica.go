@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -31,10 +30,6 @@ type Replica struct {
 	held     heldCache // Holds
 	timeout  time.Duration
 	shard    int // which shard of the node's groups it holds (0 with one)
-	addr     raft.ServerAddress
-	// forcedAt is when this replica last forced an election (unix
-	// nanoseconds; takeover.go).
-	forcedAt atomic.Int64
 
 	logs      replicaLog
 	transport *raft.NetworkTransport

@@ -155,24 +155,6 @@ func (r *run) inject(kind string, end time.Time) Fault {
 		time.Sleep(d)
 		victim.Cmd.Process.Signal(syscall.SIGCONT)
 		r.setPaused(victim.Index, false)
-	case "stall":
-		// A process stopped as a GC pause, a stalled disk or a VM's
-		// stolen time stops it: 100 ms to 3 s, around the Raft timeouts.
-		victim := leader
-		if r.rng.IntN(2) == 0 {
-			victim, f.Detail = fol[r.rng.IntN(len(fol))], "follower"
-		} else {
-			f.Detail = "leader"
-		}
-		d := r.hold(100*time.Millisecond, 3*time.Second)
-		f.Detail += " " + d.Round(time.Millisecond).String()
-		f.Targets = []string{victim.ID}
-		f.Start = time.Now()
-		r.setPaused(victim.Index, true)
-		victim.Cmd.Process.Signal(syscall.SIGSTOP)
-		time.Sleep(d)
-		victim.Cmd.Process.Signal(syscall.SIGCONT)
-		r.setPaused(victim.Index, false)
 	case "partition":
 		all := r.net.IDs()
 		others := ids(fol)

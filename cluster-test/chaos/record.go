@@ -16,7 +16,7 @@ const OpFetch = "fetch"
 
 // Fault is one nemesis action, from injection to recovery.
 type Fault struct {
-	Kind    string    `json:"kind"`   // kill, pause, partition, transfer, membership, snapshot, stall
+	Kind    string    `json:"kind"`   // kill, pause, partition, transfer, membership, snapshot
 	Detail  string    `json:"detail"` // e.g. "leader", "isolated-leader", "long"
 	Targets []string  `json:"targets"`
 	Start   time.Time `json:"start"`

@@ -129,7 +129,7 @@ func (r *Report) Summary() string {
 
 // faultColor is the colour of each fault kind in the picture.
 var faultColor = map[string]string{
-	"kill": "#d62728", "pause": "#ff7f0e", "stall": "#bcbd22", "partition": "#9467bd", "transfer": "#17becf",
+	"kill": "#d62728", "pause": "#ff7f0e", "partition": "#9467bd", "transfer": "#17becf",
 	"membership": "#8c564b", "snapshot": "#e377c2", "move": "#2ca02c",
 }
 

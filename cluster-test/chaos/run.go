@@ -25,7 +25,7 @@ import (
 )
 
 // Nemeses are the fault kinds a run can inject.
-var Nemeses = []string{"kill", "pause", "partition", "transfer", "membership", "snapshot", "stall"}
+var Nemeses = []string{"kill", "pause", "partition", "transfer", "membership", "snapshot"}
 
 // ShardNemeses are the nemeses of a run on a sharded cluster: those above
 // and "move", planned moves of shard leaders.

@@ -84,7 +84,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (n
 	fs.DurationVar(&r.HeartbeatTimeout, "raft-heartbeat-timeout", r.HeartbeatTimeout, "Raft heartbeat timeout (a follower without contact this long starts an election)")
 	fs.DurationVar(&r.ElectionTimeout, "raft-election-timeout", r.ElectionTimeout, "Raft election timeout")
 	fs.DurationVar(&r.LeaderLeaseTimeout, "raft-leader-lease-timeout", r.LeaderLeaseTimeout, "Raft leader lease (at most the heartbeat timeout)")
-	fs.DurationVar(&r.LeaderProbeAfter, "raft-leader-probe-after", r.LeaderProbeAfter, "a follower that has not heard from its leader this long checks the leader's Raft port, and starts an election at once when it refuses connections (0: 300ms; negative: never)")
 	fs.Var(peerAddrsFlag{&r.PeerAddrs}, "raft-peer-addrs", "id=host:port,...: dial these peers there instead of at their configured Raft address (fault-injection proxies in tests)")
 	fs.DurationVar(&r.SnapshotInterval, "raft-snapshot-interval", r.SnapshotInterval, "how often Raft checks whether to snapshot (0: hashicorp/raft's 120s)")
 	fs.Uint64Var(&r.SnapshotThreshold, "raft-snapshot-threshold", r.SnapshotThreshold, "log entries since the last snapshot that trigger one (0: hashicorp/raft's 8192)")

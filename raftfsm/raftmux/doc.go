@@ -10,9 +10,7 @@
 // Accept yields the shard's connections, its Dial connects to a peer's mux
 // and writes the header. Anything else — a handshake that fails, a header
 // that is garbage, names a shard not registered here, or does not arrive
-// in time — closes the connection and is counted in Stats, never more. A
-// connection closed before its first byte is a peer checking the port
-// (Stats.Probed).
+// in time — closes the connection and is counted in Stats, never more.
 //
 // The design is rqlite's tcp/mux.go (a first byte picks the handler, TLS
 // around the whole mux) and Consul's RPC byte, widened to a shard id: each

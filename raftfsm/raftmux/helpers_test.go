@@ -110,8 +110,9 @@ func (n *testNode) sent() uint64 {
 	return n.frames.Load()
 }
 
-// raftConfig is raftfsm.DefaultConfig's timing (heartbeat, election and
-// leader lease 2 s) on hashicorp/raft's defaults.
+// raftConfig is patient Raft timing (heartbeat, election and leader lease
+// 2 s) on hashicorp/raft's defaults: the test is about the mux, and a
+// loaded machine turns shorter timings into lost leaderships.
 func raftConfig(id string) *raft.Config {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)

@@ -52,11 +52,7 @@ type Stats struct {
 	RefusedHeader  uint64 // header garbage, short, or of another version
 	RefusedTimeout uint64 // handshake or header not done in HeaderTimeout
 	RefusedShard   uint64 // header names a shard not registered (or closing)
-	// Probed counts connections closed by the dialer before they sent a
-	// byte: a peer checking that this node's port still accepts
-	// (raftfsm's crashed-leader probe). Not refusals.
-	Probed uint64
-	Dialed uint64 // connections dialed by the shards' layers
+	Dialed         uint64 // connections dialed by the shards' layers
 	// Frames counts writes on dialed connections. NetworkTransport
 	// flushes each RPC it sends in one write (its send buffer is 256 KiB),
 	// so this is the count of Raft RPCs sent, heartbeats included, for
@@ -77,7 +73,7 @@ type Mux struct {
 	wg      sync.WaitGroup
 	pending sync.Map // net.Conn -> struct{}: connections before hand-off
 
-	accepted, dialed, frames, probed                        atomic.Uint64
+	accepted, dialed, frames                                atomic.Uint64
 	refusedTLS, refusedHeader, refusedTimeout, refusedShard atomic.Uint64
 }
 
@@ -123,7 +119,6 @@ func (m *Mux) Stats() Stats {
 		RefusedHeader:  m.refusedHeader.Load(),
 		RefusedTimeout: m.refusedTimeout.Load(),
 		RefusedShard:   m.refusedShard.Load(),
-		Probed:         m.probed.Load(),
 		Dialed:         m.dialed.Load(),
 		Frames:         m.frames.Load(),
 	}
@@ -234,11 +229,6 @@ func (m *Mux) handle(raw net.Conn) {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		err := tc.HandshakeContext(ctx)
 		cancel()
-		if errors.Is(err, io.EOF) {
-			m.probed.Add(1)
-			raw.Close()
-			return
-		}
 		if err != nil {
 			m.refuse(raw, timeoutOr(err, &m.refusedTLS, &m.refusedTimeout), "TLS handshake", err)
 			return
@@ -246,11 +236,7 @@ func (m *Mux) handle(raw net.Conn) {
 		conn = tc
 	}
 	var hdr [HeaderLen]byte
-	if _, err := io.ReadFull(conn, hdr[:]); errors.Is(err, io.EOF) {
-		m.probed.Add(1)
-		raw.Close()
-		return
-	} else if err != nil {
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
 		m.refuse(raw, timeoutOr(err, &m.refusedHeader, &m.refusedTimeout), "header", err)
 		return
 	}

@@ -286,25 +286,3 @@ func TestServerNameNamesThePeer(t *testing.T) {
 	waitStat(t, server, "RefusedTLS", func(s Stats) uint64 { return s.RefusedTLS }, 2)
 	waitStat(t, server, "Accepted", func(s Stats) uint64 { return s.Accepted }, 1)
 }
-
-// A peer that only checks the port (it dials and closes at once, as the
-// crashed-leader probe does) is counted as a probe, plain and over TLS,
-// and not as a refused connection.
-func TestProbeIsNotARefusal(t *testing.T) {
-	ca := testcerts.NewCA(t, "raftmux-ca")
-	src := ca.Issue(t, testcerts.Options{CommonName: "node"}).Write(t, t.TempDir(), "node", ca).Load(t)
-	for _, cfg := range []Config{{}, {TLS: src}} {
-		m := newMux(t, cfg)
-		for range 3 {
-			c, err := net.Dial("tcp", m.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.Close()
-		}
-		waitStat(t, m, "Probed", func(s Stats) uint64 { return s.Probed }, 3)
-		if st := m.Stats(); st.RefusedTLS+st.RefusedHeader+st.RefusedTimeout+st.RefusedShard+st.Accepted != 0 {
-			t.Fatalf("TLS %v: stats %+v", cfg.TLS != nil, st)
-		}
-	}
-}

@@ -1,7 +1,7 @@
 // Command chaos runs one chaos run of cohort against real cohortd processes
 // and checks its history (from cluster-test/, a module of its own):
 //
-//	go run ./cmd/chaos --nodes 3 --duration 5m --nemesis kill,pause,partition,transfer,membership,snapshot,stall --seed 7
+//	go run ./cmd/chaos --nodes 3 --duration 5m --nemesis kill,pause,partition,transfer,membership,snapshot --seed 7
 //
 // It prints a progress bar while faults run, then a summary table, and
 // writes the raw history (history.json), the timeline picture
