@@ -2,15 +2,19 @@ package shard
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
+	"testing"
 )
 
 // fewestCopies is a lower bound on the replicas that any placement of
 // shards on nodes meeting rules 1-3 of Place (R distinct replicas a
-// shard, even node loads, fewest same-rack pairs) must add to cur: T
-// less the most replicas of cur such a placement can keep, found as a
-// maximum flow. Unlike rackAdded it holds for every such placement,
-// whichever nodes take the T mod N extra replicas.
+// shard, even node loads, fewest same-rack pairs) must add to cur,
+// whichever nodes take the T mod N extra replicas: the cost of the
+// cheapest flow in a network that every such placement fits. It is
+// built and solved here apart from Place's own network and solver, so
+// that one checks the other.
 //
 // Which racks may take the extras: adding a replica to a rack that
 // holds L spread evenly over S shards adds ⌊L/S⌋ same-rack pairs
@@ -27,19 +31,27 @@ import (
 // stays within (lo_r·S, (lo_r+1)·S]), and a shard has d = R - Σ lo_r
 // replicas above the lo_r's.
 //
-// The network: source -> (s, r) with capacity lo_r; source -> s with
-// capacity d; s -> (s, r) with capacity 1 where rack r may hold lo_r+1;
-// (s, r) -> n with capacity 1 for each replica of s that cur has on a
-// node n of rack r; n -> sink with capacity ⌊T/N⌋; n -> extra_r with
-// capacity 1; extra_r -> sink with capacity forced_r and extra_r ->
-// ties with capacity tie_r; ties -> sink with capacity m. The replicas a
-// placement P meeting the rules keeps are a flow in it: a cell (s, r)
-// keeps at most P's count there, at most lo_r of them from the source
-// and any one more from s, which does so in at most d racks (P holds
-// lo_r+1 of s in exactly d racks); a node keeps at most its load in P,
-// one above ⌊T/N⌋ only if it is one of P's x_r extra nodes in its rack,
-// with forced_r <= x_r <= forced_r + tie_r and Σ (x_r - forced_r) = m.
-// So no such placement keeps more than the maximum flow.
+// The network: source -> cell (s, r) with capacity lo_r; source -> s
+// with capacity d; s -> (s, r) with capacity 1 where rack r may hold
+// lo_r+1; (s, r) -> n with capacity 1 and cost 0 for each replica of s
+// that cur has on a node n of rack r; (s, r) -> pool_r with capacity
+// lo_r+1 and cost 1, pool_r -> n for each node of rack r; n -> sink
+// with capacity ⌊T/N⌋; n -> extra_r with capacity 1; extra_r -> sink
+// with capacity forced_r, extra_r -> ties with capacity tie_r, ties ->
+// sink with capacity m. A rack of one node holding lo_r = 0 has no
+// cells: s feeds its node, and one pool (cost 1 from s) all such nodes.
+//
+// A placement P meeting the rules is a flow of all T replicas in it,
+// costing the replicas P adds to cur: each replica of P goes through
+// its cell (s, r), which P fills with lo_r or lo_r+1, lo_r from the
+// source and the one more from s, which P gives one more in exactly d
+// racks; through its node, whose load in P is ⌊T/N⌋ or one more, the
+// one more through extra_r, P having x_r such nodes in rack r with
+// forced_r <= x_r <= forced_r + tie_r and Σ (x_r - forced_r) = m; and
+// over the cost-0 edge if cur holds it there, else through the pool at
+// cost 1. So no such placement adds fewer replicas than the cheapest
+// flow costs. (The pools let a shard's new replicas share a node, so
+// the cheapest flow may cost less than any placement.)
 func fewestCopies(shards, rf int, nodes []Node, cur Placement) int {
 	r := min(rf, len(nodes))
 	total := shards * r
@@ -54,14 +66,14 @@ func fewestCopies(shards, rf int, nodes []Node, cur Placement) int {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	cost := func(k string, j int) int { return (base*size[k] + j) / shards }
+	unit := func(k string, j int) int { return (base*size[k] + j) / shards }
 	forced, tie := map[string]int{}, map[string]int{}
 	m := 0
 	if extra > 0 {
 		var all []int
 		for _, k := range keys {
 			for j := range size[k] {
-				all = append(all, cost(k, j))
+				all = append(all, unit(k, j))
 			}
 		}
 		slices.Sort(all)
@@ -69,7 +81,7 @@ func fewestCopies(shards, rf int, nodes []Node, cur Placement) int {
 		m = extra
 		for _, k := range keys {
 			for j := range size[k] {
-				if c := cost(k, j); c < theta {
+				if c := unit(k, j); c < theta {
 					forced[k]++
 					m--
 				} else if c == theta {
@@ -87,95 +99,30 @@ func fewestCopies(shards, rf int, nodes []Node, cur Placement) int {
 		d -= lo[k]
 	}
 
-	// The most replicas a placement keeps, counting only the replicas
-	// kept: a cross-check on the network below, which must keep no more.
-	g := &maxFlow{}
+	g := &costFlow{}
 	src, snk := g.add(), g.add()
 	node := map[string]int{}
 	for _, n := range nodes {
 		v := g.add()
 		node[n.ID] = v
 		if base > 0 {
-			g.edge(v, snk, base)
+			g.edge(v, snk, base, 0)
 		}
 	}
 	ties := g.add()
 	if m > 0 {
-		g.edge(ties, snk, m)
+		g.edge(ties, snk, m, 0)
 	}
 	for _, k := range keys {
 		if forced[k]+tie[k] == 0 {
 			continue
 		}
 		x := g.add()
-		g.edge(x, snk, forced[k])
-		g.edge(x, ties, tie[k])
+		g.edge(x, snk, forced[k], 0)
+		g.edge(x, ties, tie[k], 0)
 		for _, n := range nodes {
 			if rackOf[n.ID] == k {
-				g.edge(node[n.ID], x, 1)
-			}
-		}
-	}
-	for _, reps := range cur.Replicas {
-		sv := -1
-		cell := map[string]int{}
-		for _, id := range reps {
-			v, ok := node[id]
-			if !ok {
-				continue
-			}
-			k := rackOf[id]
-			c, ok := cell[k]
-			if !ok {
-				c = g.add()
-				cell[k] = c
-				if lo[k] > 0 {
-					g.edge(src, c, lo[k])
-				}
-				if one[k] && d > 0 {
-					if sv < 0 {
-						sv = g.add()
-						g.edge(src, sv, d)
-					}
-					g.edge(sv, c, 1)
-				}
-			}
-			g.edge(c, v, 1)
-		}
-	}
-	keepMost := g.run(src, snk)
-
-	// The network with the new replicas too: each costs 1, and goes from
-	// its cell to its rack's pool (all single-node racks share one), which
-	// feeds the rack's nodes. A placement meeting the rules is a flow in
-	// it of cost its new replicas: every cell holds lo_r or lo_r+1
-	// replicas, all T arrive. The pools let a shard's new replicas share
-	// a node, so the cheapest flow may cost less than any placement, never
-	// more.
-	var f network
-	fsrc, fsnk := f.vertex(), f.vertex()
-	nodeV := map[string]int{}
-	for _, n := range nodes {
-		v := f.vertex()
-		nodeV[n.ID] = v
-		if base > 0 {
-			f.edge(v, fsnk, base, 0)
-		}
-	}
-	fties := f.vertex()
-	if m > 0 {
-		f.edge(fties, fsnk, m, 0)
-	}
-	for _, k := range keys {
-		if forced[k]+tie[k] == 0 {
-			continue
-		}
-		x := f.vertex()
-		f.edge(x, fsnk, forced[k], 0)
-		f.edge(x, fties, tie[k], 0)
-		for _, n := range nodes {
-			if rackOf[n.ID] == k {
-				f.edge(nodeV[n.ID], x, 1, 0)
+				g.edge(node[n.ID], x, 1, 0)
 			}
 		}
 	}
@@ -185,23 +132,23 @@ func fewestCopies(shards, rf int, nodes []Node, cur Placement) int {
 	for _, k := range keys {
 		if single(k) {
 			if singles < 0 {
-				singles = f.vertex()
+				singles = g.add()
 			}
 			pool[k] = singles
 		} else {
-			pool[k] = f.vertex()
+			pool[k] = g.add()
 		}
 	}
 	for _, n := range nodes {
-		f.edge(pool[rackOf[n.ID]], nodeV[n.ID], base+1, 0)
+		g.edge(pool[rackOf[n.ID]], node[n.ID], base+1, 0)
 	}
 	for s := range shards {
 		sv := -1
 		if d > 0 {
-			sv = f.vertex()
-			f.edge(fsrc, sv, d, 0)
+			sv = g.add()
+			g.edge(src, sv, d, 0)
 			if singles >= 0 {
-				f.edge(sv, singles, d, 1)
+				g.edge(sv, singles, d, 1)
 			}
 		}
 		cell := map[string]int{}
@@ -209,92 +156,155 @@ func fewestCopies(shards, rf int, nodes []Node, cur Placement) int {
 			if single(k) {
 				continue
 			}
-			c := f.vertex()
+			c := g.add()
 			cell[k] = c
 			if lo[k] > 0 {
-				f.edge(fsrc, c, lo[k], 0)
+				g.edge(src, c, lo[k], 0)
 			}
 			if one[k] && d > 0 {
-				f.edge(sv, c, 1, 0)
+				g.edge(sv, c, 1, 0)
 			}
-			f.edge(c, pool[k], lo[k]+1, 1)
+			g.edge(c, pool[k], lo[k]+1, 1)
 		}
 		if s >= len(cur.Replicas) {
 			continue
 		}
 		seen := map[string]bool{}
 		for _, id := range cur.Replicas[s] {
-			v, ok := nodeV[id]
+			v, ok := node[id]
 			if !ok || seen[id] {
 				continue
 			}
 			seen[id] = true
 			if c, ok := cell[rackOf[id]]; ok {
-				f.edge(c, v, 1, 0)
+				g.edge(c, v, 1, 0)
 			} else if sv >= 0 && one[rackOf[id]] {
-				f.edge(sv, v, 1, 0)
+				g.edge(sv, v, 1, 0)
 			}
 		}
 	}
-	if got := f.run(fsrc, fsnk, total); got != total {
-		panic(fmt.Sprintf("the bound's network carries %d replicas of %d", got, total))
+	flow, cost := g.run(src, snk)
+	if flow != total {
+		panic(fmt.Sprintf("the bound's network carries %d replicas of %d", flow, total))
 	}
-	copies := 0
-	for e := 0; e < len(f.arcs); e += 2 {
-		copies += f.flow(e) * int(f.arcs[e].cost)
-	}
-	if total-copies > keepMost {
-		panic(fmt.Sprintf("the bound's network keeps %d replicas, more than the %d that can stay", total-copies, keepMost))
-	}
-	return copies
+	return cost
 }
 
-// maxFlow is Dinic's algorithm, kept apart from Place's network.
-type maxFlow struct {
-	adj   [][]int
-	to    []int
-	cap   []int
-	level []int
-	next  []int
+// costFlow finds a cheapest maximum flow the plain way: first a maximum
+// flow over the edges that cost nothing (Dinic's algorithm), which no
+// flow of its size undercuts, then one cheapest augmenting path at a
+// time (Bellman-Ford with a queue), which keeps it cheapest for its
+// size.
+type costFlow struct {
+	adj  [][]int
+	to   []int
+	cap  []int
+	cost []int
 }
 
-func (g *maxFlow) add() int {
+func (g *costFlow) add() int {
 	g.adj = append(g.adj, nil)
 	return len(g.adj) - 1
 }
 
-func (g *maxFlow) edge(u, v, c int) {
+func (g *costFlow) edge(u, v, c, cost int) {
 	g.adj[u] = append(g.adj[u], len(g.to))
 	g.adj[v] = append(g.adj[v], len(g.to)+1)
 	g.to = append(g.to, v, u)
 	g.cap = append(g.cap, c, 0)
+	g.cost = append(g.cost, cost, -cost)
 }
 
-func (g *maxFlow) run(s, t int) int {
+func (g *costFlow) run(s, t int) (flow, cost int) {
+	flow = g.free(s, t)
+	n := len(g.adj)
+	dist, via := make([]int, n), make([]int, n)
+	queued := make([]bool, n)
+	for {
+		for v := range dist {
+			dist[v], via[v] = math.MaxInt, -1
+		}
+		dist[s] = 0
+		queue := []int{s}
+		queued[s] = true
+		for len(queue) > 0 {
+			u := queue[0]
+			queue = queue[1:]
+			queued[u] = false
+			for _, e := range g.adj[u] {
+				v := g.to[e]
+				if g.cap[e] > 0 && dist[u]+g.cost[e] < dist[v] {
+					dist[v], via[v] = dist[u]+g.cost[e], e
+					if !queued[v] {
+						queued[v] = true
+						queue = append(queue, v)
+					}
+				}
+			}
+		}
+		if dist[t] == math.MaxInt {
+			break
+		}
+		push := math.MaxInt
+		for v := t; v != s; v = g.to[via[v]^1] {
+			push = min(push, g.cap[via[v]])
+		}
+		for v := t; v != s; v = g.to[via[v]^1] {
+			g.cap[via[v]] -= push
+			g.cap[via[v]^1] += push
+		}
+		flow += push
+	}
+	for e := 0; e < len(g.to); e += 2 {
+		cost += g.cap[e^1] * g.cost[e]
+	}
+	return flow, cost
+}
+
+// free pushes a maximum flow over the edges that cost nothing.
+func (g *costFlow) free(s, t int) int {
 	flow := 0
 	for {
-		g.level = make([]int, len(g.adj))
-		for i := range g.level {
-			g.level[i] = -1
+		level := make([]int, len(g.adj))
+		for i := range level {
+			level[i] = -1
 		}
-		g.level[s] = 0
+		level[s] = 0
 		q := []int{s}
 		for len(q) > 0 {
 			u := q[0]
 			q = q[1:]
 			for _, e := range g.adj[u] {
-				if g.cap[e] > 0 && g.level[g.to[e]] < 0 {
-					g.level[g.to[e]] = g.level[u] + 1
+				if g.cap[e] > 0 && g.cost[e] == 0 && level[g.to[e]] < 0 {
+					level[g.to[e]] = level[u] + 1
 					q = append(q, g.to[e])
 				}
 			}
 		}
-		if g.level[t] < 0 {
+		if level[t] < 0 {
 			return flow
 		}
-		g.next = make([]int, len(g.adj))
+		next := make([]int, len(g.adj))
+		var dfs func(u, f int) int
+		dfs = func(u, f int) int {
+			if u == t {
+				return f
+			}
+			for ; next[u] < len(g.adj[u]); next[u]++ {
+				e := g.adj[u][next[u]]
+				v := g.to[e]
+				if g.cap[e] > 0 && g.cost[e] == 0 && level[v] == level[u]+1 {
+					if got := dfs(v, min(f, g.cap[e])); got > 0 {
+						g.cap[e] -= got
+						g.cap[e^1] += got
+						return got
+					}
+				}
+			}
+			return 0
+		}
 		for {
-			f := g.dfs(s, t, 1<<62)
+			f := dfs(s, math.MaxInt)
 			if f == 0 {
 				break
 			}
@@ -303,20 +313,62 @@ func (g *maxFlow) run(s, t int) int {
 	}
 }
 
-func (g *maxFlow) dfs(u, t, f int) int {
-	if u == t {
-		return f
-	}
-	for ; g.next[u] < len(g.adj[u]); g.next[u]++ {
-		e := g.adj[u][g.next[u]]
-		v := g.to[e]
-		if g.cap[e] > 0 && g.level[v] == g.level[u]+1 {
-			if got := g.dfs(v, t, min(f, g.cap[e])); got > 0 {
-				g.cap[e] -= got
-				g.cap[e^1] += got
-				return got
-			}
+// TestNetwork checks Place's min-cost flow against costFlow on random
+// networks with costs that are never negative, as Place builds them:
+// both must carry as much, at the same cost, and the first must stop at
+// the flow it is asked for.
+func TestNetwork(t *testing.T) {
+	rng := rand.New(rand.NewPCG(*placeSeed, 10))
+	carried := 0
+	for i := range 300 {
+		n := 2 + rng.IntN(12)
+		var f network
+		g := &costFlow{}
+		f.vertices(n)
+		for range n {
+			g.add()
 		}
+		for range 2*n + rng.IntN(4*n) {
+			u, v := rng.IntN(n), rng.IntN(n)
+			if u == v {
+				continue
+			}
+			c, cost := 1+rng.IntN(3), rng.IntN(4)
+			if rng.IntN(3) == 0 {
+				cost *= 1000
+			}
+			f.edge(u, v, c, int64(cost))
+			g.edge(u, v, c, cost)
+		}
+		most := math.MaxInt
+		if i%2 == 1 {
+			most = rng.IntN(4)
+		}
+		got := f.run(0, n-1, most)
+		gotCost := int64(0)
+		for e := 0; e < len(f.arcs); e += 2 {
+			gotCost += int64(f.flow(e)) * f.arcs[e].cost
+		}
+		want, wantCost := g.run(0, n-1)
+		if most < want {
+			// The cheapest flow of size most: costFlow again, with the
+			// source's supply cut to most through one more vertex.
+			h := &costFlow{}
+			for range n + 1 {
+				h.add()
+			}
+			h.edge(n, 0, most, 0)
+			for e := 0; e < len(g.to); e += 2 {
+				h.edge(g.to[e^1], g.to[e], g.cap[e]+g.cap[e^1], g.cost[e])
+			}
+			want, wantCost = h.run(n, n-1)
+		}
+		if got != want || gotCost != int64(wantCost) {
+			t.Fatalf("network %d (%d vertices, most %d): flow %d at cost %d, want %d at cost %d", i, n, most, got, gotCost, want, wantCost)
+		}
+		carried += got
 	}
-	return 0
+	if carried < 300 {
+		t.Fatalf("the networks carried %d units in all: too few to test anything", carried)
+	}
 }

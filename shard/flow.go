@@ -77,9 +77,9 @@ func (f *network) edge(u, v, capacity int, cost int64) int {
 // flow is what runs on edge e.
 func (f *network) flow(e int) int { return int(f.arcs[e^1].cap) }
 
-// run pushes as much flow from s to t as the network carries, at the
-// least cost, and returns how much. It stops once it has pushed most.
-func (f *network) run(s, t, most int) int {
+// prepare indexes the edges by vertex, once all are added. A flow set
+// on edges by hand before run must cost least for its size.
+func (f *network) prepare() {
 	f.first = grow(f.first, f.n+1)
 	for e := range f.arcs {
 		f.first[f.arcs[e^1].to+1]++
@@ -98,22 +98,40 @@ func (f *network) run(s, t, most int) int {
 	f.pot = grow(f.pot, f.n)
 	f.dist = grow(f.dist, f.n)
 	f.level = grow(f.level, f.n)
+}
+
+// run pushes as much flow from s to t as the network carries, at the
+// least cost, and returns how much. It stops once it has pushed most.
+func (f *network) run(s, t, most int) int {
+	if len(f.first) != f.n+1 {
+		f.prepare()
+	}
+	total := f.free(s, t, most)
+	for total < most && f.shortest(s, t) {
+		total += f.blocking(s, t, most-total)
+	}
+	return total
+}
+
+// free pushes up to most over paths of zero reduced cost, which before
+// run's first search are the paths that cost nothing, and returns how
+// much.
+func (f *network) free(s, t, most int) int {
+	return f.blocking(s, t, most)
+}
+
+// blocking pushes up to most over edges of zero reduced cost, by
+// blocking flows, and returns how much.
+func (f *network) blocking(s, t, most int) int {
 	total := 0
-	// With zero potentials the first paths cost nothing if any does: no
-	// search needed to find them.
-	for searched := false; total < most; searched = true {
-		if searched && !f.shortest(s, t) {
-			break
-		}
-		for total < most && f.levels(s, t) {
-			copy(f.iter, f.first[:f.n])
-			for total < most {
-				d := int(f.push(int32(s), int32(t), int32(most-total)))
-				if d == 0 {
-					break
-				}
-				total += d
+	for total < most && f.levels(s, t) {
+		copy(f.iter, f.first[:f.n])
+		for total < most {
+			d := int(f.push(int32(s), int32(t), int32(min(most-total, math.MaxInt32))))
+			if d == 0 {
+				break
 			}
+			total += d
 		}
 	}
 	return total

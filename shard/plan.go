@@ -137,6 +137,7 @@ func (p *placer) plan(current Placement) bool {
 		edges += len(reps)
 	}
 	f.arcs = slices.Grow(f.arcs, 2*edges)
+	const follower = 1
 	dup := int64(total + 1)
 	w := dup * dup
 
@@ -186,10 +187,14 @@ func (p *placer) plan(current Placement) bool {
 		for i, n := range reps {
 			st := staying{-1, -1, -1, false}
 			r := p.rackOf[n]
+			cost := int64(follower)
+			if i == 0 && p.ids[n] == current.Replicas[s][0] {
+				cost = 0
+			}
 			if c := cellIdx[r]; c >= 0 {
-				st = staying{f.edge(cellOf[r]+s, nodeV+n, 1, 0), fromSrc[c*p.s+s], toCell[c*p.s+s], false}
+				st = staying{f.edge(cellOf[r]+s, nodeV+n, 1, cost), fromSrc[c*p.s+s], toCell[c*p.s+s], false}
 			} else if sh.d > 0 && sh.ones[r] {
-				st = staying{f.edge(shardV+s, nodeV+n, 1, 0), -1, -1, true}
+				st = staying{f.edge(shardV+s, nodeV+n, 1, cost), -1, -1, true}
 			}
 			stay[stayAt[s]+i] = st
 		}
@@ -297,13 +302,17 @@ func (p *placer) plan(current Placement) bool {
 		tiesE = f.edge(tiesV, snk, sh.m, 0)
 	}
 
-	// Warm start: each current replica stays, leaders first, while every
-	// edge on its way has room. A flow of cost zero costs least for its
-	// size, which is all run needs to go on from it.
+	// Warm start: the current replicas stay while every edge on their way
+	// has room, the preferred leaders first, then as many more leaders as
+	// a maximum flow over the edges that cost nothing lets stay, then the
+	// followers. No flow of the same size keeps more leaders (the
+	// leaders' part of any flow is a flow of leaders), so this one costs
+	// least for its size, which is all run needs to go on from it.
+	f.prepare()
 	warm := 0
 	var buf [6]int
 	open := func(e int) bool { return e >= 0 && f.arcs[e].cap > 0 }
-	for _, leaders := range []bool{true, false} {
+	stayAll := func(leaders bool) {
 		for s, reps := range p.reps {
 			lead := len(reps) > 0 && p.ids[reps[0]] == current.Replicas[s][0]
 			for i, n := range reps {
@@ -341,6 +350,9 @@ func (p *placer) plan(current Placement) bool {
 			}
 		}
 	}
+	stayAll(true)
+	warm += f.free(src, snk, total-warm)
+	stayAll(false)
 
 	if warm+f.run(src, snk, total-warm) != total {
 		p.defaultTargets(sh)
