@@ -406,6 +406,42 @@ func TestPlaceGrowAndShrink(t *testing.T) {
 	t.Logf("the worst step moved %.3f times what it had to", worstRatio)
 }
 
+// TestPlaceBigChanges takes a third of a cluster away at once, raises
+// the replication factor, and adds the nodes back: each step copies no
+// more than the 10% rule allows. Large racks pool their new replicas
+// here, which the smaller cases rarely reach. It runs without the race
+// detector, as TestPlaceExtremes does.
+func TestPlaceBigChanges(t *testing.T) {
+	if raceOn {
+		t.Skip("the race detector makes the largest sizes slow; run without -race")
+	}
+	worstRatio = 0
+	rng := rand.New(rand.NewPCG(*placeSeed, 12))
+	for mode := range rackModes {
+		t.Run(mode.String(), func(t *testing.T) {
+			const shards = 1024
+			c := newCluster(rng, mode, 200)
+			p := mustPlace(t, shards, 3, c.nodes, Placement{})
+			for range 60 {
+				c.remove(rng)
+			}
+			q := mustPlace(t, shards, 3, c.nodes, p)
+			check(t, shards, 3, c.nodes, q)
+			checkSticky(t, "removing 60 nodes", mode, shards, 3, c.nodes, p, q)
+			r := mustPlace(t, shards, 5, c.nodes, q)
+			check(t, shards, 5, c.nodes, r)
+			checkSticky(t, "rf 3 to 5", mode, shards, 5, c.nodes, q, r)
+			for range 60 {
+				c.join(rng)
+			}
+			s := mustPlace(t, shards, 5, c.nodes, r)
+			check(t, shards, 5, c.nodes, s)
+			checkSticky(t, "adding 60 nodes", mode, shards, 5, c.nodes, r, s)
+		})
+	}
+	t.Logf("the worst step moved %.3f times what it had to", worstRatio)
+}
+
 func TestPlaceBadInput(t *testing.T) {
 	nodes := []Node{{ID: "a"}, {ID: "b"}}
 	for _, c := range []struct {
