@@ -46,13 +46,16 @@ func (f *network) reset() {
 	f.arcs = f.arcs[:0]
 }
 
-// grow returns s with length n, reusing its memory when it can.
-func grow[T any](s []T, n int) []T {
+// grow returns s with length n, reusing its memory when it can, and
+// zeroed if clean.
+func grow[T any](s []T, n int, clean bool) []T {
 	if cap(s) < n {
 		return make([]T, n)
 	}
 	s = s[:n]
-	clear(s)
+	if clean {
+		clear(s)
+	}
 	return s
 }
 
@@ -80,24 +83,24 @@ func (f *network) flow(e int) int { return int(f.arcs[e^1].cap) }
 // prepare indexes the edges by vertex, once all are added. A flow set
 // on edges by hand before run must cost least for its size.
 func (f *network) prepare() {
-	f.first = grow(f.first, f.n+1)
+	f.first = grow(f.first, f.n+1, true)
 	for e := range f.arcs {
 		f.first[f.arcs[e^1].to+1]++
 	}
 	for v := range f.n {
 		f.first[v+1] += f.first[v]
 	}
-	f.adj = grow(f.adj, len(f.arcs))
-	f.iter = grow(f.iter, f.n)
+	f.adj = grow(f.adj, len(f.arcs), false)
+	f.iter = grow(f.iter, f.n, false)
 	copy(f.iter, f.first)
 	for e := range f.arcs {
 		u := f.arcs[e^1].to
 		f.adj[f.iter[u]] = int32(e)
 		f.iter[u]++
 	}
-	f.pot = grow(f.pot, f.n)
-	f.dist = grow(f.dist, f.n)
-	f.level = grow(f.level, f.n)
+	f.pot = grow(f.pot, f.n, true)
+	f.dist = grow(f.dist, f.n, false)
+	f.level = grow(f.level, f.n, false)
 }
 
 // run pushes as much flow from s to t as the network carries, at the
