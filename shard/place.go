@@ -44,9 +44,11 @@ var ErrPlaceInput = errors.New("shard: bad placement input")
 //     shard, S shards, N nodes);
 //  3. rack-diverse: among the placements that meet 1 and 2, one with the
 //     fewest pairs of a shard's replicas in one rack (see the package doc);
-//  4. sticky: a replica of current on a node of nodes stays, unless 1-3
-//     need it moved; the node that leads a shard is the last to go;
-//  5. ties go to the highest rendezvous hash of (shard, node id).
+//  4. sticky: it copies the fewest replicas to nodes that did not hold
+//     them that any placement meeting 1-3 can (see plan), and among
+//     those keeps the most preferred leaders of current;
+//  5. a new replica goes, among the nodes that serve equally, to the
+//     highest rendezvous hash of (shard, node id).
 //
 // nodes are the nodes that may hold replicas: a node left out (removed,
 // draining, declared dead) has its replicas placed elsewhere. Place is a
@@ -271,11 +273,12 @@ func (p *placer) takes(s, n int) bool {
 	return p.load[n] < p.target[n] && !p.has(s, n) && p.rackTakes(s, p.rackOf[n])
 }
 
-// fill gives every short shard its missing replicas: each on the node
-// with room that its rack needs most (a rack below its share of the
-// shard first), then the most room, then the highest rendezvous hash.
-// When no node can take a shard it makes room by moving another shard's
-// replica (swap); it reports false if that fails too.
+// fill gives every short shard the replicas plan left to it: each on a
+// node with room in a rack plan counted on for the shard (or below its
+// share of it) first, then the most room, then the highest rendezvous
+// hash. When no node can take a shard it moves a replica placed anew
+// along a chain, or makes room by moving another shard's replica
+// (swap); it reports false if that fails too.
 func (p *placer) fill() bool {
 	var open []int
 	for n := range p.ids {
@@ -347,8 +350,8 @@ func (p *placer) planned(s, r int) bool {
 // (-1: the shard being placed).
 type hop struct{ from, shard int }
 
-// chain places one replica of shard s along a path of replicas that
-// fill placed (moving one costs no extra copy): s goes to a full node
+// chain places one replica of shard s along a path of replicas placed
+// anew (moving one costs no extra copy): s goes to a full node
 // m1, a fresh replica on m1 moves to m2, and so on to a node with room.
 // It searches breadth first and reports whether it found one.
 func (p *placer) chain(s int) bool {
@@ -430,7 +433,7 @@ func (p *placer) applyChain(end int, via map[int]hop) bool {
 
 // swap places one replica of shard s by moving a replica of another
 // shard t from a node m to a node n with room, then placing s on m. It
-// moves a replica fill placed (which costs no extra copy) before one
+// moves a replica placed anew (which costs no extra copy) before one
 // that was kept.
 func (p *placer) swap(s int, open []int) bool {
 	for _, freshOnly := range []bool{true, false} {

@@ -79,7 +79,8 @@ func (p *placer) shares() shares {
 //	source -> cell (s, r)   capacity lo_r: rack r holds lo_r of shard s,
 //	source -> shard s       capacity d,
 //	shard s -> cell (s, r)  capacity 1: and one more in d racks (ones_r);
-//	cell (s, r) -> node n   capacity 1, if n holds s now: it stays;
+//	cell (s, r) -> node n   capacity 1, if n holds s now: it stays, at
+//	                        cost 0 for s's preferred leader, 1 for others;
 //	cell (s, r) -> node n   capacity 1, cost W, otherwise: a new replica;
 //	node n -> sink          capacity base;
 //	node n -> extra r       capacity 1, extra r -> sink forced_r,
@@ -93,13 +94,15 @@ func (p *placer) shares() shares {
 // (cell -> pool, cost W; pool -> node), which does not see whether a
 // node already holds the shard; only nodes with room for two or more
 // new replicas (a node that joined) keep an edge per pair. A shard's
-// second new replica through one pool costs W + W/(T+1), so that the
+// second new replica through one pool costs W + T+1, so that the
 // network spreads new replicas over shards where it can; fill places
 // the pooled ones, almost always as planned.
 //
-// The flow starts from the current replicas, preferred leaders first,
-// as far as the capacities let them stay, so when something must go a
-// follower goes before a leader.
+// W = (T+1)², more than all other costs together: the cheapest flow
+// copies fewest, then pools fewest second replicas of a shard, then
+// keeps the most preferred leaders. It starts warm from the current
+// replicas (see the warm start below), which spares most of the work.
+// The networks' memory is kept for the next Place (networks).
 func (p *placer) plan(current Placement) bool {
 	sh := p.shares()
 	nn, k := len(p.ids), len(p.racks)
