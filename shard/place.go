@@ -44,9 +44,11 @@ var ErrPlaceInput = errors.New("shard: bad placement input")
 //     shard, S shards, N nodes);
 //  3. rack-diverse: among the placements that meet 1 and 2, one with the
 //     fewest pairs of a shard's replicas in one rack (see the package doc);
-//  4. sticky: a replica of current on a node of nodes stays, unless 1-3
-//     need it moved; the node that leads a shard is the last to go;
-//  5. ties go to the highest rendezvous hash of (shard, node id).
+//  4. sticky: it copies the fewest replicas to nodes that did not hold
+//     them that any placement meeting 1-3 can (see plan), and among
+//     those keeps the most preferred leaders of current;
+//  5. a new replica goes, among the nodes that serve equally, to the
+//     highest rendezvous hash of (shard, node id).
 //
 // nodes are the nodes that may hold replicas: a node left out (removed,
 // draining, declared dead) has its replicas placed elsewhere. Place is a
@@ -80,9 +82,7 @@ func Place(shards, rf int, nodes []Node, current Placement) (Placement, error) {
 	}
 	p := newPlacer(shards, min(rf, len(sorted)), sorted)
 	p.keep(current)
-	p.setTargets()
-	p.shed()
-	if !p.fill() {
+	if !p.plan(current) || !p.fill() {
 		p.stripe()
 	}
 	p.balanceLeaders(current)
@@ -138,10 +138,12 @@ type placer struct {
 	racks  []rack
 	target []int
 	load   []int
-	kept   []int           // each node's load of current replicas before shedding
 	reps   [][]int         // per shard, its nodes, preferred leader first
 	held   [][]int         // per node, its shards
-	fresh  map[[2]int]bool // (shard, node) replicas fill placed
+	fresh  map[[2]int]bool // (shard, node) replicas placed anew
+	group  []int           // rack -> its pool in plan's network, or -1
+	groups int             // how many pools
+	want   []int           // per shard and pool, the replicas plan wants there
 }
 
 // A rack's share of the replicas is load = Σ targets of its nodes. It
@@ -163,7 +165,6 @@ func newPlacer(shards, r int, nodes []Node) *placer {
 	p.rackOf = make([]int, n)
 	p.target = make([]int, n)
 	p.load = make([]int, n)
-	p.kept = make([]int, n)
 	p.held = make([][]int, n)
 	p.reps = make([][]int, shards)
 	named := map[string]int{}
@@ -237,72 +238,6 @@ func (p *placer) keep(current Placement) {
 			}
 		}
 	}
-	copy(p.kept, p.load)
-}
-
-// setTargets gives every node ⌊T/N⌋ replicas and T mod N of them one more
-// (T = S·R). Which nodes get the extra decides the racks' loads, so it is
-// chosen, one at a time, for the rack where it adds the fewest same-rack
-// pairs (⌊rack load/S⌋, which only grows); among those, for a node that
-// already holds more than ⌊T/N⌋ (it keeps a replica it would shed), then
-// by node hash. The pair count is convex in each rack's load, so this
-// greedy choice minimises it.
-func (p *placer) setTargets() {
-	n := len(p.ids)
-	total := p.s * p.r
-	base, extra := total/n, total%n
-	for i := range p.target {
-		p.target[i] = base
-	}
-	next := make([]int, len(p.racks)) // how many of the rack's nodes have the extra
-	for ri := range p.racks {
-		nodes := p.racks[ri].nodes
-		slices.SortFunc(nodes, func(a, b int) int {
-			if p.kept[a] != p.kept[b] {
-				return p.kept[b] - p.kept[a]
-			}
-			return p.nodeOrder(a, b)
-		})
-	}
-	for range extra {
-		best := -1
-		var bestCost int
-		var bestGain bool
-		for ri, rk := range p.racks {
-			if next[ri] == len(rk.nodes) {
-				continue
-			}
-			cost := (base*len(rk.nodes) + next[ri]) / p.s
-			cand := rk.nodes[next[ri]]
-			gain := p.kept[cand] > base
-			if best < 0 || cost < bestCost || cost == bestCost && (gain && !bestGain ||
-				gain == bestGain && p.nodeOrder(cand, p.racks[best].nodes[next[best]]) < 0) {
-				best, bestCost, bestGain = ri, cost, gain
-			}
-		}
-		p.target[p.racks[best].nodes[next[best]]]++
-		next[best]++
-	}
-	for ri := range p.racks {
-		rk := &p.racks[ri]
-		load := 0
-		for _, nd := range rk.nodes {
-			load += p.target[nd]
-		}
-		rk.lo, rk.hiCap = load/p.s, load%p.s
-		slices.Sort(rk.nodes)
-	}
-}
-
-// nodeOrder orders nodes by hash, highest first, then by id.
-func (p *placer) nodeOrder(a, b int) int {
-	if p.key[a] != p.key[b] {
-		if p.key[a] > p.key[b] {
-			return -1
-		}
-		return 1
-	}
-	return strings.Compare(p.ids[a], p.ids[b])
 }
 
 func (p *placer) remove(s, n int) {
@@ -338,190 +273,12 @@ func (p *placer) takes(s, n int) bool {
 	return p.load[n] < p.target[n] && !p.has(s, n) && p.rackTakes(s, p.rackOf[n])
 }
 
-// dropKey ranks replica (s, n) for dropping: lower goes first. A replica
-// on a node above its target goes before one that is not; then one of a
-// shard that has lost none yet before one of a shard already short (two
-// replicas of one shard to place again need two nodes with room); then
-// a follower before the preferred leader; then the lowest rendezvous
-// hash.
-func (p *placer) dropKey(s, n int) [4]uint64 {
-	var k [4]uint64
-	if p.load[n] <= p.target[n] {
-		k[0] = 1
-	}
-	if len(p.reps[s]) < p.r {
-		k[1] = 1
-	}
-	if p.reps[s][0] == n {
-		k[2] = 1
-	}
-	k[3] = p.hrw(s, n)
-	return k
-}
-
-func lessDrop(a, b [4]uint64) bool {
-	return slices.Compare(a[:], b[:]) < 0
-}
-
-// shed drops the kept replicas the rules do not allow: beyond R a shard,
-// beyond a rack's share of a shard, beyond a node's target.
-func (p *placer) shed() {
-	for ri := range p.racks {
-		rk := &p.racks[ri]
-		for s := range p.reps {
-			if p.inRack(s, ri) > rk.lo {
-				rk.hi++
-			}
-		}
-	}
-	// A shard with more than R replicas (the replication factor fell).
-	for s := range p.reps {
-		for len(p.reps[s]) > p.r {
-			p.dropBest(s, -1)
-		}
-	}
-	// A shard with more replicas in a rack than the rack's share.
-	for s := range p.reps {
-		for ri := range p.racks {
-			rk := &p.racks[ri]
-			limit := rk.lo
-			if rk.hiCap > 0 {
-				limit++
-			}
-			for p.inRack(s, ri) > limit {
-				p.dropBest(s, ri)
-			}
-		}
-	}
-	// A shard short of its share in some rack, with no free slot left to
-	// gain it: it drops a replica from a rack holding more than lo of it
-	// (one exists, as the shares lo add up to at most R).
-	for s := range p.reps {
-		for {
-			need := 0
-			for ri := range p.racks {
-				need += max(0, p.racks[ri].lo-p.inRack(s, ri))
-			}
-			if len(p.reps[s])+need <= p.r {
-				break
-			}
-			bn := -1
-			var bk [4]uint64
-			for _, n := range p.reps[s] {
-				if p.inRack(s, p.rackOf[n]) <= p.racks[p.rackOf[n]].lo {
-					continue
-				}
-				if k := p.dropKey(s, n); bn < 0 || lessDrop(k, bk) {
-					bn, bk = n, k
-				}
-			}
-			p.remove(s, bn)
-		}
-	}
-	// A rack holding one more than lo of too many shards, then a node
-	// above its target. Either drops first a replica on a node above its
-	// target, then one that a node with room can take in its stead (not
-	// holding the shard, in a rack that takes it; counting the room
-	// earlier drops will use), then by dropKey.
-	room := make([]int, len(p.ids))
-	var open []int
-	for n := range p.ids {
-		if room[n] = p.target[n] - p.load[n]; room[n] > 0 {
-			open = append(open, n)
-		}
-	}
-	key := func(s, n int) ([5]uint64, int) {
-		d := p.dropKey(s, n)
-		k := [5]uint64{d[0], 1, d[1], d[2], d[3]}
-		// A shard whose rack keeps its share without it goes first.
-		if p.inRack(s, p.rackOf[n]) <= p.racks[p.rackOf[n]].lo {
-			k[2] += 2
-		}
-		m := p.insteadOf(s, n, open, room)
-		if m >= 0 {
-			k[1] = 0
-		}
-		return k, m
-	}
-	drop := func(s, n, m int) {
-		p.remove(s, n)
-		if m >= 0 {
-			room[m]--
-		}
-	}
-	for ri := range p.racks {
-		rk := &p.racks[ri]
-		for rk.hi > rk.hiCap {
-			bs, bn, bm := -1, -1, -1
-			var bk [5]uint64
-			for _, n := range rk.nodes {
-				for _, s := range p.held[n] {
-					if p.inRack(s, ri) != rk.lo+1 {
-						continue
-					}
-					if k, m := key(s, n); bs < 0 || slices.Compare(k[:], bk[:]) < 0 {
-						bs, bn, bm, bk = s, n, m, k
-					}
-				}
-			}
-			drop(bs, bn, bm)
-		}
-	}
-	for n := range p.ids {
-		for p.load[n] > p.target[n] {
-			bs, bm := -1, -1
-			var bk [5]uint64
-			for _, s := range p.held[n] {
-				if k, m := key(s, n); bs < 0 || slices.Compare(k[:], bk[:]) < 0 {
-					bs, bm, bk = s, m, k
-				}
-			}
-			drop(bs, n, bm)
-		}
-	}
-}
-
-// insteadOf returns the node in open with the most room left that could
-// take shard s once node n drops it, or -1.
-func (p *placer) insteadOf(s, n int, open, room []int) int {
-	best := -1
-	for _, m := range open {
-		if room[m] <= 0 || p.has(s, m) || best >= 0 && room[m] <= room[best] {
-			continue
-		}
-		r := p.rackOf[m]
-		c := p.inRack(s, r)
-		if r == p.rackOf[n] {
-			c--
-		}
-		if rk := &p.racks[r]; c < rk.lo || c == rk.lo && rk.hi < rk.hiCap {
-			best = m
-		}
-	}
-	return best
-}
-
-// dropBest drops the replica of shard s (in rack r, or in any rack if r
-// is -1) that dropOrder ranks first.
-func (p *placer) dropBest(s, r int) {
-	bn := -1
-	var bk [4]uint64
-	for _, n := range p.reps[s] {
-		if r >= 0 && p.rackOf[n] != r {
-			continue
-		}
-		if k := p.dropKey(s, n); bn < 0 || lessDrop(k, bk) {
-			bn, bk = n, k
-		}
-	}
-	p.remove(s, bn)
-}
-
-// fill gives every short shard its missing replicas: each on the node
-// with room that its rack needs most (a rack below its share of the
-// shard first), then the most room, then the highest rendezvous hash.
-// When no node can take a shard it makes room by moving another shard's
-// replica (swap); it reports false if that fails too.
+// fill gives every short shard the replicas plan left to it: each on a
+// node with room in a rack plan counted on for the shard (or below its
+// share of it) first, then the most room, then the highest rendezvous
+// hash. When no node can take a shard it moves a replica placed anew
+// along a chain, or makes room by moving another shard's replica
+// (swap); it reports false if that fails too.
 func (p *placer) fill() bool {
 	var open []int
 	for n := range p.ids {
@@ -553,7 +310,7 @@ func (p *placer) fill() bool {
 				if !p.takes(s, n) {
 					continue
 				}
-				need := p.inRack(s, p.rackOf[n]) < p.racks[p.rackOf[n]].lo
+				need := p.planned(s, p.rackOf[n])
 				room := p.target[n] - p.load[n]
 				h := p.hrw(s, n)
 				if best < 0 || need && !bNeed || need == bNeed && (room > bRoom || room == bRoom && h > bHash) {
@@ -573,12 +330,28 @@ func (p *placer) fill() bool {
 	return true
 }
 
+// planned says whether rack r lacks a replica of shard s that plan
+// counted on: one of its pool's, or one of its share lo.
+func (p *placer) planned(s, r int) bool {
+	g := p.group[r]
+	if g < 0 {
+		return p.inRack(s, r) < p.racks[r].lo
+	}
+	c := 0
+	for _, n := range p.reps[s] {
+		if p.group[p.rackOf[n]] == g {
+			c++
+		}
+	}
+	return c < p.want[s*p.groups+g] || p.inRack(s, r) < p.racks[r].lo
+}
+
 // hop says how chain reached a node: by moving shard from node from
 // (-1: the shard being placed).
 type hop struct{ from, shard int }
 
-// chain places one replica of shard s along a path of replicas that
-// fill placed (moving one costs no extra copy): s goes to a full node
+// chain places one replica of shard s along a path of replicas placed
+// anew (moving one costs no extra copy): s goes to a full node
 // m1, a fresh replica on m1 moves to m2, and so on to a node with room.
 // It searches breadth first and reports whether it found one.
 func (p *placer) chain(s int) bool {
@@ -660,7 +433,7 @@ func (p *placer) applyChain(end int, via map[int]hop) bool {
 
 // swap places one replica of shard s by moving a replica of another
 // shard t from a node m to a node n with room, then placing s on m. It
-// moves a replica fill placed (which costs no extra copy) before one
+// moves a replica placed anew (which costs no extra copy) before one
 // that was kept.
 func (p *placer) swap(s int, open []int) bool {
 	for _, freshOnly := range []bool{true, false} {

@@ -25,14 +25,19 @@
 //     shards twice: evenness wins, unlike Kafka's rack-aware placement,
 //     because a node's share of replicas is its share of the commit
 //     work, which is what placement is for;
-//   - stickiness: current replicas on nodes still listed stay unless the
-//     rules above need them moved;
+//   - stickiness: a change copies as few replicas as any placement that
+//     keeps the rules above can, and among those keeps the most current
+//     preferred leaders. Place finds it as a min-cost flow over shards,
+//     racks and nodes (plan.go); in racks too large for an edge per shard
+//     and node, the new replicas share a pool per rack, and placing them
+//     can cost a few more copies than the least;
 //   - a preferred leader (the first replica) on no node for more than
 //     ⌈S/N⌉ shards, the current one kept while it can be.
 //
-// A node without a rack is a rack of its own. Ties go to a rendezvous
-// hash of (shard, node id); the nodes' order in the input does not
-// matter. Moves lists the replica changes between two placements.
+// A node without a rack is a rack of its own. New replicas go first to
+// the highest rendezvous hash of (shard, node id); the nodes' order in
+// the input does not matter. Moves lists the replica changes between two
+// placements.
 package shard
 
 import "github.com/cespare/xxhash/v2"
